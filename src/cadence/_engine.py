@@ -234,7 +234,7 @@ class Engine:
                 self._finish(task, DONE if result is OK else FAILED)
         else:
             result = OK if error is None else Result.FAILED
-        return _new_outcome(RunOutcome, (task.task_id, at, result, error, attempt, started))  # type: ignore[no-any-return]
+        return _new_outcome(RunOutcome, (task.task_id, at, result, error, attempt, started))
 
     def _requeue(self, task: Task, at: Time) -> None:
         move(task, SCHEDULED)
@@ -262,4 +262,3 @@ class Engine:
                 assert task.entry in queued
         for status in self._history.values():
             assert status in FINISHED
-

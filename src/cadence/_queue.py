@@ -33,21 +33,20 @@ Entry: TypeAlias = tuple[Time, int, Hashable]
 """``(at, seq, task_id)``."""
 
 
-
 class Owner(Protocol):
     """What the queue's owner table maps a task id to: the holder of its live entry."""
 
     entry: Entry
 
 
-O = TypeVar("O", bound=Owner)
+OwnerT = TypeVar("OwnerT", bound=Owner)
 
 STALE_SLACK = 256
 """Stale entries tolerated beyond the live count: below this, an O(n) compaction
 costs more than the dead entries it would free."""
 
 
-class RunQueue(Generic[O]):
+class RunQueue(Generic[OwnerT]):
     """Min-heap of ``(at, seq, task_id)`` with lazy deletion and bounded garbage.
 
     ``owners`` maps each unfinished task id to its owner (the engine's task),
@@ -59,7 +58,7 @@ class RunQueue(Generic[O]):
 
     __slots__ = ("_heap", "_next_seq", "_owners", "_slack", "_stale")
 
-    def __init__(self, owners: Mapping[Hashable, O]) -> None:
+    def __init__(self, owners: Mapping[Hashable, OwnerT]) -> None:
         self._heap: list[Entry] = []
         self._owners = owners
         self._next_seq = itertools.count().__next__
@@ -105,7 +104,7 @@ class RunQueue(Generic[O]):
             self._stale -= 1
         return None
 
-    def pop_due(self, now: Time) -> O | None:
+    def pop_due(self, now: Time) -> OwnerT | None:
         """Remove the earliest live entry if ``at <= now`` and return its owner.
 
         ``None`` if nothing is due. O(log n), plus O(log n) for each stale

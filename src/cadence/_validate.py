@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, TypeVar
 
 from ._types import Time
+
+T = TypeVar("T")
 
 
 def _shown(value: object) -> str:
@@ -71,7 +73,7 @@ def hashable(name: str, value: Any) -> Hashable:
     return value  # type: ignore[no-any-return]
 
 
-def callable_(name: str, value: Any) -> Any:
+def callable_(name: str, value: T) -> T:
     """A callable (``TypeError`` otherwise)."""
     if not callable(value):
         raise TypeError(f"{name} must be callable, got {_shown(value)}")

@@ -1,0 +1,36 @@
+"""Small helpers for tests: recording actions and outcome summaries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from cadence import RunOutcome, Scheduler
+
+
+def rows(outcomes: Iterable[RunOutcome]) -> list[tuple[Hashable, Any, str, int]]:
+    """(task_id, at, result, attempt) of each outcome, in order."""
+    return [(o.task_id, o.at, str(o.result), o.attempt) for o in outcomes]
+
+
+def recorder(log: list[Any], name: Hashable) -> Callable[[Any], None]:
+    """An action that appends (name, at) to ``log``."""
+
+    def action(at: Any) -> None:
+        log.append((name, at))
+
+    return action
+
+
+def failing(exc: BaseException) -> Callable[[Any], None]:
+    """An action that always raises ``exc``."""
+
+    def action(at: Any) -> None:
+        raise exc
+
+    return action
+
+
+def snapshot(s: Scheduler, ids: Iterable[Hashable]) -> tuple[Any, ...]:
+    """Everything observable about the scheduler for the given ids."""
+    return (s.next_run_time(), tuple(s.status(i) for i in ids))

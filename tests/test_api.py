@@ -1,0 +1,44 @@
+"""The package's public surface and the purity of the deterministic core."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import cadence
+
+CORE_MODULES = ["_engine.py", "_queue.py", "_types.py", "_validate.py"]
+FORBIDDEN = {"time", "threading", "asyncio", "concurrent", "random", "datetime"}
+
+
+def test_all_is_exactly_the_public_names() -> None:
+    assert sorted(cadence.__all__) == sorted(
+        ["ManualClock", "Result", "RunOutcome", "Scheduler", "Status"]
+    )
+    public = {name for name in vars(cadence) if not name.startswith("_")}
+    assert public == set(cadence.__all__)
+    for name in cadence.__all__:
+        assert getattr(cadence, name).__doc__, name
+
+
+def test_the_engine_imports_no_time_threads_or_io() -> None:
+    root = pathlib.Path(cadence.__file__).parent
+    for module in CORE_MODULES:
+        tree = ast.parse((root / module).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in FORBIDDEN, (module, name)
+
+
+def test_public_methods_have_docstrings_with_their_cost() -> None:
+    for name in ["schedule_once", "schedule_at_fixed_rate", "cancel", "status", "tick",
+                 "next_run_time"]:  # fmt: skip
+        doc = getattr(cadence.Scheduler, name).__doc__
+        assert doc, name
+        assert "Complexity:" in doc, name

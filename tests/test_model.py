@@ -1,0 +1,193 @@
+"""Stateful property test: the scheduler against a naive, obviously-correct oracle.
+
+The oracle keeps pending runs in a plain list and scans it for the minimum
+(time, seq); it re-states the contract's rules directly. Hypothesis drives
+both with the same operations: schedule (one-off and fixed-rate), cancel,
+clock moves, and ticks with ``now`` going forward and back; actions fail and
+cancel themselves by drawn patterns. Every outcome, status and next_run_time
+must agree, and the engine's invariants must hold after every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from cadence import ManualClock, Scheduler
+
+IDS = st.sampled_from(["a", "b", "c", 1, 2])
+PATTERN = st.lists(st.booleans(), min_size=1, max_size=4)
+
+
+@dataclass
+class Behaviour:
+    """How a task's n-th call behaves: fail if fails[n % len], cancel itself likewise."""
+
+    fails: list[bool]
+    cancels: list[bool]
+    calls: int = 0
+
+    def next(self) -> tuple[bool, bool]:
+        n = self.calls
+        self.calls += 1
+        return self.fails[n % len(self.fails)], self.cancels[n % len(self.cancels)]
+
+
+@dataclass
+class OracleTask:
+    status: str
+    max_retries: int
+    behaviour: Behaviour
+    period: int | None = None
+    first: int = 0
+    slot: int = 0
+    attempt: int = 0
+
+
+@dataclass
+class Oracle:
+    """The contract, re-stated as directly as possible."""
+
+    backoff: int
+    tasks: dict[Any, OracleTask] = field(default_factory=dict)
+    pending: list[tuple[int, int, Any]] = field(default_factory=list)
+    seq: int = 0
+
+    def push(self, at: int, task_id: Any) -> None:
+        self.pending.append((at, self.seq, task_id))
+        self.seq += 1
+
+    def add(self, task_id: Any, at: int, task: OracleTask) -> bool:
+        old = self.tasks.get(task_id)
+        if old is not None and old.status in ("scheduled", "running"):
+            return False
+        self.tasks[task_id] = task
+        self.push(at, task_id)
+        return True
+
+    def cancel(self, task_id: Any) -> bool:
+        task = self.tasks.get(task_id)
+        if task is None or task.status not in ("scheduled", "running"):
+            return False
+        task.status = "cancelled"
+        self.pending = [e for e in self.pending if e[2] != task_id]
+        return True
+
+    def next_run_time(self) -> int | None:
+        return min(self.pending)[0] if self.pending else None
+
+    def tick(self, now: int) -> list[tuple[Any, int, str, int]]:
+        out: list[tuple[Any, int, str, int]] = []
+        while True:
+            due = [e for e in self.pending if e[0] <= now]
+            if not due:
+                return out
+            entry = min(due)
+            self.pending.remove(entry)
+            at, _, task_id = entry
+            task = self.tasks[task_id]
+            task.status = "running"
+            fails, cancels = task.behaviour.next()
+            if cancels:
+                self.cancel(task_id)
+            attempt = task.attempt
+            if task.status == "cancelled":
+                out.append((task_id, at, "failed" if fails else "ok", attempt))
+                continue
+            if fails and attempt < task.max_retries:
+                task.attempt += 1
+                task.status = "scheduled"
+                self.push(at + self.backoff * 2**attempt, task_id)
+                out.append((task_id, at, "retry", attempt))
+                continue
+            out.append((task_id, at, "failed" if fails else "ok", attempt))
+            if task.period is None:
+                task.status = "failed" if fails else "done"
+            else:
+                task.attempt = 0
+                task.slot += 1
+                task.status = "scheduled"
+                self.push(task.first + task.slot * task.period, task_id)
+
+
+class SchedulerVsOracle(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = ManualClock(1000)
+        self.now = 1000  # the clock as an int, for the oracle
+        self.sched = Scheduler(clock=self.clock, backoff=3)
+        self.oracle = Oracle(backoff=3)
+        self.behaviours: dict[Any, Behaviour] = {}
+
+    def _action(self, task_id: Any, behaviour: Behaviour) -> Any:
+        sched = self.sched
+
+        def action(at: int) -> None:
+            fails, cancels = behaviour.next()
+            if cancels:
+                sched.cancel(task_id)
+            if fails:
+                raise ValueError(f"{task_id} fails at {at}")
+
+        return action
+
+    @rule(task_id=IDS, delay=st.integers(0, 30), retries=st.integers(0, 3),
+          fails=PATTERN, cancels=PATTERN)  # fmt: skip
+    def schedule_once(
+        self, task_id: Any, delay: int, retries: int, fails: list[bool], cancels: list[bool]
+    ) -> None:
+        real, model = Behaviour(fails, cancels), Behaviour(fails, cancels)
+        at = self.now + delay
+        expected = self.oracle.add(task_id, at, OracleTask("scheduled", retries, model))
+        got = self.sched.schedule_once(task_id, delay, self._action(task_id, real), retries)
+        assert got == expected
+
+    @rule(task_id=IDS, delay=st.integers(0, 30), period=st.integers(1, 15),
+          retries=st.integers(0, 3), fails=PATTERN, cancels=PATTERN)  # fmt: skip
+    def schedule_at_fixed_rate(
+        self,
+        task_id: Any,
+        delay: int,
+        period: int,
+        retries: int,
+        fails: list[bool],
+        cancels: list[bool],
+    ) -> None:
+        real, model = Behaviour(fails, cancels), Behaviour(fails, cancels)
+        first = self.now + delay
+        task = OracleTask("scheduled", retries, model, period=period, first=first)
+        expected = self.oracle.add(task_id, first, task)
+        action = self._action(task_id, real)
+        got = self.sched.schedule_at_fixed_rate(task_id, delay, period, action, retries)
+        assert got == expected
+
+    @rule(task_id=IDS)
+    def cancel(self, task_id: Any) -> None:
+        assert self.sched.cancel(task_id) == self.oracle.cancel(task_id)
+
+    @rule(delta=st.integers(0, 20))
+    def advance(self, delta: int) -> None:
+        self.now += delta
+        self.clock.advance(delta)
+
+    @rule(offset=st.integers(-20, 40))
+    def tick(self, offset: int) -> None:
+        now = self.now + offset
+        got = [(o.task_id, o.at, str(o.result), o.attempt) for o in self.sched.tick(now)]
+        assert got == self.oracle.tick(now)
+
+    @invariant()
+    def agree(self) -> None:
+        assert self.sched.next_run_time() == self.oracle.next_run_time()
+        for task_id, task in self.oracle.tasks.items():
+            assert self.sched.status(task_id) == task.status, task_id
+        self.sched._engine._check()
+
+
+SchedulerVsOracle.TestCase.settings = settings(max_examples=300, stateful_step_count=40,
+                                               deadline=None)  # fmt: skip
+test_scheduler_matches_oracle = SchedulerVsOracle.TestCase
