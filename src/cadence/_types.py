@@ -21,6 +21,10 @@ class Status(StrEnum):
     ``failed`` and ``cancelled`` are final: the task is *finished*.
     """
 
+    # Hash as the str it equals (Enum hashes its *name* in Python code): C-speed
+    # lookups in the transition table, and consistent with ``== "scheduled"``.
+    __hash__ = str.__hash__
+
     SCHEDULED = "scheduled"
     QUEUED = "queued"
     RUNNING = "running"
@@ -31,6 +35,8 @@ class Status(StrEnum):
 
 class Result(StrEnum):
     """How one run ended: ``ok``, ``retry`` (failed, a retry is queued) or ``failed``."""
+
+    __hash__ = str.__hash__  # as for Status
 
     OK = "ok"
     RETRY = "retry"
