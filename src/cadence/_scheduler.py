@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import Any
 
 from . import _validate
 from ._engine import Engine, Task
@@ -15,6 +17,14 @@ Clock = Callable[[], Time]
 
 _PLAIN = frozenset({int, float})
 _INF = math.inf
+
+
+def fatal(error: BaseException) -> bool:
+    """True for a ``BaseException`` that is not an ``Exception`` (e.g. ``KeyboardInterrupt``).
+
+    Drivers complete the run (as failed, without retry) and then re-raise it.
+    """
+    return not isinstance(error, Exception)
 
 
 class Scheduler:
@@ -209,16 +219,19 @@ class Scheduler:
         finally:
             lock.release()
         while task is not None:
-            error = self._call(task, now)
+            error = self._call(task)
+            stop = error is not None and fatal(error)
             lock.acquire()
             try:
                 outcomes.append(engine.complete(task, error, now))
                 head = engine.next_time() if self._listeners else None
-                task = engine.claim(now)
+                task = None if stop else engine.claim(now)
             finally:
                 lock.release()
             if head is not None:
                 self._wake(head)
+            if stop:
+                raise error
         return outcomes
 
     def _claim(self, now: Time, *, queued: bool = False) -> Task | None:
@@ -231,24 +244,36 @@ class Scheduler:
         with self._lock:
             return self._engine.start(task)
 
-    def _call(self, task: Task, started: Time) -> BaseException | None:
-        """Call a claimed run's action (outside the lock); return what it raised.
+    def _call(self, task: Task, *, awaitables: bool = False) -> Any:
+        """Call a claimed run's action, outside the lock; return what happened.
 
-        The one place a task's action is called. An ``Exception`` is returned
-        for the caller to :meth:`_complete` the run with. Any other
-        ``BaseException`` completes the run as failed here and propagates.
+        The one place a task's action is called. Returns ``None`` on success
+        or the exception the action raised, for the driver to complete the
+        run with; a driver re-raises a ``BaseException`` that is not an
+        ``Exception`` after completing (see :func:`fatal`). An action that
+        returns an awaitable is returned as it is when ``awaitables`` is true
+        (the asyncio runner awaits it); otherwise the awaitable is closed and
+        the run fails with ``TypeError``: a plain driver cannot await it.
         """
         try:
-            task.action(task.entry[0])
-        except Exception as exc:
-            return exc
+            result = task.action(task.entry[0])
         except BaseException as exc:
-            self._complete(task, exc, started)
-            exc.add_note(
-                f"cadence: the run of task {task.task_id!r} at {task.entry[0]!r} "
-                "was recorded as failed"
+            if not isinstance(exc, Exception):
+                exc.add_note(
+                    f"cadence: the run of task {task.task_id!r} at {task.entry[0]!r} "
+                    "was recorded as failed"
+                )
+            return exc
+        if result is not None and inspect.isawaitable(result):
+            if awaitables:
+                return result
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            return TypeError(
+                f"action of task {task.task_id!r} returned an awaitable "
+                f"({type(result).__name__}); run async actions under AsyncRunner"
             )
-            raise
         return None
 
     def _complete(self, task: Task, error: BaseException | None, started: Time) -> RunOutcome:

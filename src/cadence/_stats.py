@@ -1,0 +1,93 @@
+"""Stats: counts of runs by result and lag percentiles over a recent window."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from ._types import Result, RunOutcome, Time
+
+WINDOW = 1024
+"""Recent runs whose lag the percentiles are taken over: enough for a stable p99,
+small enough to sort on every read."""
+
+
+class StatsSnapshot(NamedTuple):
+    """A consistent reading of :class:`Stats` (and, from a runner, its work in flight).
+
+    ``lag_p50``, ``lag_p99`` and ``lag_max`` are over the last ``window`` runs
+    (``None`` before the first run); lag is ``started - at``, in clock units.
+    """
+
+    ok: int
+    retry: int
+    failed: int
+    running: int
+    queued: int
+    lag_p50: Time | None
+    lag_p99: Time | None
+    lag_max: Time | None
+    window: int
+
+    @property
+    def runs(self) -> int:
+        """All runs recorded: ``ok + retry + failed``."""
+        return self.ok + self.retry + self.failed
+
+
+def percentile(ordered: list[Time], q: float) -> Time:
+    """The nearest-rank ``q``-th percentile (0 < q <= 100) of a sorted, non-empty list."""
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100)
+    return ordered[int(rank) - 1]
+
+
+class Stats:
+    """Counts runs by result and keeps the lag of the most recent ones.
+
+    Every runner keeps one (``runner.stats()``); with a bare scheduler, feed it
+    the outcomes of ``tick``: ``stats.record_all(scheduler.tick(now))``.
+    Thread-safe. :meth:`record` is O(1), cheap enough to leave on;
+    :meth:`snapshot` sorts the window, O(w log w).
+
+    Raises ``ValueError`` for a ``window`` that is not a positive int.
+    """
+
+    __slots__ = ("_counts", "_lags", "_lock")
+
+    def __init__(self, window: int = WINDOW) -> None:
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ValueError(f"window must be an int >= 1, got {window!r}")
+        self._counts = dict.fromkeys(Result, 0)
+        self._lags: deque[Time] = deque(maxlen=window)
+        self._lock = threading.Lock()
+
+    def record(self, outcome: RunOutcome) -> None:
+        """Count one run and remember its lag. O(1)."""
+        with self._lock:
+            self._counts[outcome.result] += 1
+            self._lags.append(outcome.started - outcome.at)
+
+    def record_all(self, outcomes: Iterable[RunOutcome]) -> None:
+        """:meth:`record` each outcome. O(k)."""
+        for outcome in outcomes:
+            self.record(outcome)
+
+    def snapshot(self, running: int = 0, queued: int = 0) -> StatsSnapshot:
+        """Read the counts and lag percentiles; ``running``/``queued`` are passed through."""
+        with self._lock:
+            counts = dict(self._counts)
+            lags = sorted(self._lags)
+            window = self._lags.maxlen or 0
+        return StatsSnapshot(
+            ok=counts[Result.OK],
+            retry=counts[Result.RETRY],
+            failed=counts[Result.FAILED],
+            running=running,
+            queued=queued,
+            lag_p50=percentile(lags, 50) if lags else None,
+            lag_p99=percentile(lags, 99) if lags else None,
+            lag_max=lags[-1] if lags else None,
+            window=window,
+        )
