@@ -34,3 +34,25 @@ def failing(exc: BaseException) -> Callable[[Any], None]:
 def snapshot(s: Scheduler, ids: Iterable[Hashable]) -> tuple[Any, ...]:
     """Everything observable about the scheduler for the given ids."""
     return (s.next_run_time(), tuple(s.status(i) for i in ids))
+
+
+class Collector:
+    """An ``on_outcome`` callback that lets a test wait (with a timeout) for outcomes."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.outcomes: list[RunOutcome] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, outcome: RunOutcome) -> None:
+        with self._cond:
+            self.outcomes.append(outcome)
+            self._cond.notify_all()
+
+    def wait_for(self, n: int, timeout: float = 10.0) -> list[RunOutcome]:
+        """Block until at least ``n`` outcomes arrived; fail the test after ``timeout`` s."""
+        with self._cond:
+            ok = self._cond.wait_for(lambda: len(self.outcomes) >= n, timeout)
+            assert ok, f"only {len(self.outcomes)} of {n} outcomes after {timeout}s"
+            return list(self.outcomes)

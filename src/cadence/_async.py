@@ -245,5 +245,3 @@ class AsyncRunner(Driver):
         self._runs.discard(run)
         if not run.cancelled() and run.exception() is None and run.result() is not None:
             self._await(*run.result())
-
-

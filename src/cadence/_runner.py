@@ -92,9 +92,7 @@ class Runner(Driver):
         with self._cond:
             if self._thread is not None:
                 raise RuntimeError("this Runner was already started; create a new one")
-            self._thread = threading.Thread(
-                target=self._loop, name="cadence-runner", daemon=True
-            )
+            self._thread = threading.Thread(target=self._loop, name="cadence-runner", daemon=True)
         self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))
         if self._virtual:
             self._unsubscribe.append(self._clock.on_change(self._poke))  # type: ignore[attr-defined]
