@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python examples/worked_example.py
+	@echo
+	$(BIN)/python examples/realtime_demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -29,6 +31,7 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python bench/core.py
+	$(BIN)/python bench/realtime.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -6,6 +6,7 @@ import concurrent.futures
 import math
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 from ._driver import Driver, OnOutcome, logger
@@ -59,7 +60,7 @@ class Runner(Driver):
         self._target: Time = -math.inf  # the time the dispatcher sleeps until, while it does
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._unsubscribe: list[object] = []
+        self._unsubscribe: list[Callable[[], None]] = []
         self._virtual = hasattr(self._clock, "on_change")
 
     def __enter__(self) -> Runner:
@@ -112,8 +113,9 @@ class Runner(Driver):
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        while self._unsubscribe:
-            self._unsubscribe.pop()()  # type: ignore[operator]
+            unsubscribe, self._unsubscribe = self._unsubscribe, []
+        for undo in unsubscribe:
+            undo()
         thread = self._thread
         if not wait:
             return self._in_flight() == 0 and (thread is None or not thread.is_alive())
