@@ -115,7 +115,7 @@ class Driver:
     def _complete(self, task: Task, error: BaseException | None, started: Time) -> RunOutcome:
         """Complete a running run, count it as finished, and report its outcome."""
         try:
-            outcome = self._scheduler._complete(task, error, started)
+            outcome = self._scheduler._complete(task, error, started, self._clock())
         finally:
             self._finished(was_running=True)
         self._report(outcome)

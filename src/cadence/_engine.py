@@ -19,13 +19,20 @@ same primitives:
 A claimed run is its :class:`Task`: the task has at most one run in flight,
 because a task's next run is queued only when its current run completes. That
 is also why a fixed-rate task never overlaps itself under any driver.
+
+Policies (retry delays, misfire handling, schedules, priorities, pause) live
+in a task's :class:`~cadence._policy.Plan`; a task with the contract's
+defaults has none, and its hot path does not look further. Policy objects are
+called under the scheduler's lock and are expected to be quick and pure; an
+exception from one fails the task (never leaves it stuck).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 
+from ._policy import Cursor, Plan, RetryPolicy
 from ._queue import Entry, RunQueue
 from ._types import Action, Result, RunOutcome, Status, Time
 
@@ -48,6 +55,7 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 """Every allowed status change; :func:`move` refuses any other."""
 
 FINISHED = frozenset({DONE, FAILED, CANCELLED})
+UNFINISHED = frozenset({SCHEDULED, QUEUED, RUNNING})
 
 _new_outcome = tuple.__new__
 
@@ -63,56 +71,54 @@ def move(task: Task, status: Status) -> None:
     task.status = status
 
 
-class Recurrence:
-    """A fixed-rate task's slots: slot k is at ``first + k * period``."""
-
-    __slots__ = ("first", "period", "slot")
-
-    def __init__(self, first: Time, period: Time) -> None:
-        self.first = first
-        self.period = period
-        self.slot = 0
-
-    def next_slot(self) -> Time:
-        """Advance to the next slot and return its time (no repeated addition)."""
-        self.slot += 1
-        return self.first + self.slot * self.period
-
-
 class Task:
     """One task, and the claim a driver holds while its run is in flight.
 
     ``entry`` is the queue entry of the task's current run: live in the queue
-    while ``scheduled``, popped once claimed (it still gives ``at``).
+    while ``scheduled``, popped once claimed (it still gives ``at`` and the
+    id). A paused ``scheduled`` task is *parked*: its entry is a copy kept
+    outside the queue, so it cannot be claimed.
     """
 
-    __slots__ = ("action", "attempt", "entry", "max_retries", "recurrence", "status", "task_id")
+    __slots__ = ("action", "attempt", "entry", "plan", "status")
 
-    task_id: Hashable
     action: Action
     status: Status
     entry: Entry
     attempt: int
-    max_retries: int
-    recurrence: Recurrence | None
+    plan: Plan | None
+
+    @property
+    def task_id(self) -> Hashable:
+        """The task's id."""
+        return self.entry[2]
 
     @property
     def at(self) -> Time:
         """The scheduled time of the task's current run."""
         return self.entry[0]
 
+    @property
+    def parked(self) -> bool:
+        """Scheduled but paused: its run is held outside the queue."""
+        return self.status is SCHEDULED and self.plan is not None and self.plan.paused
+
 
 class Engine:
     """Task table + run queue + finished-task history, driven by ``now``.
 
-    Costs: :meth:`add`, :meth:`cancel` and :meth:`claim` are O(log n);
-    :meth:`status` is O(1); :meth:`next_time` is O(1) amortised.
+    ``retry`` is the default retry policy; ``None`` is the contract's
+    ``backoff * 2 ** (r - 1)``, computed inline. Costs: :meth:`add`,
+    :meth:`cancel`, :meth:`claim` and :meth:`complete` are O(log n) (plus,
+    under a misfire policy, O(missed slots)); :meth:`status` is O(1);
+    :meth:`next_time` is O(1) amortised.
     """
 
-    __slots__ = ("_backoff", "_history", "_history_limit", "_queue", "_tasks")
+    __slots__ = ("_backoff", "_history", "_history_limit", "_queue", "_retry", "_tasks")
 
-    def __init__(self, backoff: Time) -> None:
+    def __init__(self, backoff: Time, retry: RetryPolicy | None = None) -> None:
         self._backoff = backoff
+        self._retry = retry
         self._tasks: dict[Hashable, Task] = {}
         self._history: OrderedDict[Hashable, Status] = OrderedDict()
         self._history_limit = HISTORY
@@ -139,30 +145,32 @@ class Engine:
     # -- changes ---------------------------------------------------------
 
     def add(
-        self,
-        task_id: Hashable,
-        at: Time,
-        action: Action,
-        max_retries: int,
-        period: Time | None = None,
+        self, task_id: Hashable, action: Action, at: Time, now: Time, plan: Plan | None = None
     ) -> bool:
-        """Schedule a task's first run at ``at``; ``False`` if the id is unfinished.
+        """Schedule a task whose first run is at ``at``; ``False`` if the id is unfinished.
 
-        A finished task with the same id is replaced. Arguments are trusted
-        (the caller validated them). O(log n).
+        A finished task with the same id is replaced. With a recurring plan
+        whose misfire policy is bounded, slots already missed at ``now`` are
+        skipped as it says. Arguments are trusted (the caller validated
+        them). O(log n).
         """
         if task_id in self._tasks:
             return False
+        if plan is not None and plan.misfire is not None:
+            first, plan.skipped = self._misfire(plan, at, now)
+            if first is None:  # every slot is already missed and none is left
+                self._history.pop(task_id, None)
+                self._history[task_id] = DONE
+                return True
+            at = first
         self._history.pop(task_id, None)
         # Built field by field: a third cheaper than an __init__ call, on the hot path.
         task = Task.__new__(Task)
-        task.task_id = task_id
         task.action = action
         task.status = SCHEDULED
         task.attempt = 0
-        task.max_retries = max_retries
-        task.recurrence = None if period is None else Recurrence(at, period)
-        task.entry = self._queue.push(at, task_id)
+        task.plan = plan
+        task.entry = self._queue.push(at, task_id, 0 if plan is None else plan.priority)
         self._tasks[task_id] = task
         return True
 
@@ -175,10 +183,86 @@ class Engine:
         task = self._tasks.get(task_id)
         if task is None:
             return False
-        was_scheduled = task.status is SCHEDULED
+        queued_entry = task.status is SCHEDULED and not task.parked
         self._finish(task, CANCELLED)
-        if was_scheduled:
+        if queued_entry:
             self._queue.discard()
+        return True
+
+    def is_paused(self, task_id: Hashable) -> bool:
+        """True if the task is unfinished and paused. O(1)."""
+        task = self._tasks.get(task_id)
+        return task is not None and task.plan is not None and task.plan.paused
+
+    def pause(self, task_id: Hashable) -> bool:
+        """Keep a task from running until :meth:`resume`; ``False`` if finished or paused.
+
+        A scheduled task's next run is parked outside the queue. A queued or
+        running run goes on; the task is parked when it completes. O(1) amortised.
+        """
+        task = self._tasks.get(task_id)
+        if task is None or self.is_paused(task_id):
+            return False
+        if task.status is SCHEDULED:
+            self._queue.discard()
+            task.entry = (task.entry[0], -1, task.entry[2])
+        _plan(task).paused = True
+        return True
+
+    def resume(self, task_id: Hashable, now: Time) -> bool:
+        """Let a paused task run again; ``False`` if it is not paused. O(log n).
+
+        A run parked in the past is due at once; slots of a recurring task
+        missed while paused are run or skipped as its misfire policy says.
+        """
+        task = self._tasks.get(task_id)
+        if task is None or task.plan is None or not task.plan.paused:
+            return False
+        plan = task.plan
+        parked = task.parked
+        plan.paused = False
+        if not parked:  # paused while running: it was never parked
+            return True
+        at: Time | None = task.entry[0]
+        if plan.cursor is not None and not plan.backlog:
+            at, plan.skipped = self._misfire(plan, at, now)
+        if at is None:
+            self._finish(task, DONE)
+        else:
+            task.entry = self._queue.push(at, task.entry[2], plan.priority)
+        return True
+
+    def reschedule(self, task_id: Hashable, cursor: Cursor | None, at: Time, now: Time) -> bool:
+        """Give an unfinished task a new next run at ``at``, then ``cursor``'s runs.
+
+        The task keeps its id, action, status and policies; its retry count
+        resets. A queued or running run goes on, and the new schedule takes
+        over when it completes. ``False`` if the task is unknown or finished.
+        O(log n).
+        """
+        task = self._tasks.get(task_id)
+        if task is None:
+            return False
+        plan = _plan(task)
+        plan.cursor = cursor
+        plan.backlog = None
+        plan.last_delay = None
+        if task.status is not SCHEDULED:  # queued or running: the next run is the new one
+            plan.backlog = deque([at])
+            return True
+        parked = plan.paused
+        first: Time | None = at
+        if cursor is not None and plan.misfire is not None:
+            first, plan.skipped = self._misfire(plan, at, now)
+        if not parked:
+            self._queue.discard()
+        task.attempt = 0
+        if first is None:
+            self._finish(task, DONE)
+        elif parked:
+            task.entry = (first, -1, task_id)
+        else:
+            task.entry = self._queue.push(first, task_id, plan.priority)
         return True
 
     def claim(self, now: Time, *, queued: bool = False) -> Task | None:
@@ -206,43 +290,121 @@ class Engine:
         move(task, RUNNING)
         return True
 
-    def complete(self, task: Task, error: BaseException | None, started: Time) -> RunOutcome:
+    def complete(
+        self, task: Task, error: BaseException | None, started: Time, finished: Time
+    ) -> RunOutcome:
         """Record the result of a claimed run and queue what comes next. O(log n).
 
-        ``error`` is what the action raised, or ``None``. An ``Exception`` is
-        retried while the slot has retries left; any other ``BaseException``
-        (e.g. ``KeyboardInterrupt``) fails the run without retry. A task that
-        was cancelled meanwhile is only reported: ``ok`` or ``failed``,
-        never ``retry``, and nothing else changes.
+        ``error`` is what the action raised, or ``None``; ``finished`` is the
+        time the run completed (a fixed-delay task's next run counts from
+        it, and misfire policies judge what was missed by it). An
+        ``Exception`` is retried while the slot has retries left; any other
+        ``BaseException`` (e.g. ``KeyboardInterrupt``) fails the run without
+        retry. A task that was cancelled meanwhile is only reported: ``ok``
+        or ``failed``, never ``retry``, and nothing else changes. If a policy
+        raises, the task fails with that error.
         """
-        at = task.entry[0]
+        entry = task.entry
+        at = entry[0]
         attempt = task.attempt
-        if error is None:
-            result = OK
-        elif attempt < task.max_retries and isinstance(error, Exception):
-            result = RETRY
-        else:
-            result = Result.FAILED
-        if task.status is not CANCELLED:
-            if result is RETRY:
-                task.attempt = attempt + 1
-                self._requeue(task, at + self._backoff * 2**attempt)
-            elif task.recurrence is not None:
-                task.attempt = 0
-                self._requeue(task, task.recurrence.next_slot())
-            else:
-                self._finish(task, DONE if result is OK else FAILED)
-        else:
+        plan = task.plan
+        if plan is None:  # the contract's defaults: no retries, one run
             result = OK if error is None else Result.FAILED
-        return _new_outcome(RunOutcome, (task.task_id, at, result, error, attempt, started))
+            if task.status is not CANCELLED:
+                self._finish(task, DONE if error is None else FAILED)
+            return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, 0))
+        skipped, plan.skipped = plan.skipped, 0
+        if task.status is CANCELLED:
+            result = OK if error is None else Result.FAILED
+        else:
+            try:
+                result = self._follow(task, plan, error, at, attempt, finished)
+            except Exception as exc:  # a policy failed: the task cannot go on
+                exc.add_note(f"cadence: a policy of task {entry[2]!r} raised; the task failed")
+                result, error = Result.FAILED, exc
+                if task.status is RUNNING:
+                    self._finish(task, FAILED)
+        return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, skipped))
+
+    def _follow(
+        self,
+        task: Task,
+        plan: Plan,
+        error: BaseException | None,
+        at: Time,
+        attempt: int,
+        finished: Time,
+    ) -> Result:
+        """Decide and queue what follows a completed run of a task with a plan."""
+        if error is not None and attempt < plan.max_retries and isinstance(error, Exception):
+            policy = plan.retry or self._retry
+            if policy is None:
+                delay: Time | None = self._backoff * 2**attempt
+            else:
+                delay = policy.delay(attempt + 1, plan.last_delay)
+            if delay is not None:
+                plan.last_delay = delay
+                task.attempt = attempt + 1
+                self._requeue(task, at + delay)
+                return RETRY
+        result = OK if error is None else Result.FAILED
+        task.attempt = 0
+        plan.last_delay = None
+        backlog = plan.backlog
+        if backlog:
+            nxt: Time | None = backlog.popleft()
+        elif plan.cursor is None:
+            nxt = None
+        else:
+            nxt = plan.cursor.next(finished)
+            if plan.misfire is not None:
+                nxt, plan.skipped = self._misfire(plan, nxt, finished)
+        if nxt is None:
+            self._finish(task, DONE if error is None else FAILED)
+        else:
+            self._requeue(task, nxt)
+        return result
+
+    def _misfire(self, plan: Plan, candidate: Time | None, now: Time) -> tuple[Time | None, int]:
+        """Apply a bounded misfire policy to the next slot ``candidate`` at ``now``.
+
+        Slots at or before ``now`` are missed: the latest ``plan.misfire`` of
+        them run, in order, and the earlier ones are skipped; then the first
+        slot after ``now``. Runs after the returned one wait in the plan's
+        backlog. Returns (the next run time, slots skipped). O(missed slots).
+        """
+        limit = plan.misfire
+        if limit is None or candidate is None or candidate > now:
+            return candidate, 0
+        assert plan.cursor is not None
+        keep: deque[Time] = deque([candidate], maxlen=limit)  # maxlen 0 keeps none
+        missed = 1
+        nxt = plan.cursor.next(now)
+        while nxt is not None and nxt <= now:
+            missed += 1
+            keep.append(nxt)
+            nxt = plan.cursor.next(now)
+        runs = list(keep)
+        skipped = missed - len(runs)
+        if nxt is not None:
+            runs.append(nxt)
+        if not runs:
+            return None, skipped
+        plan.backlog = deque(runs[1:]) or None
+        return runs[0], skipped
 
     def _requeue(self, task: Task, at: Time) -> None:
+        """Queue the task's next run at ``at`` (parked, if it was paused meanwhile)."""
         move(task, SCHEDULED)
-        task.entry = self._queue.push(at, task.task_id)
+        plan = task.plan
+        if plan is not None and plan.paused:
+            task.entry = (at, -1, task.entry[2])
+        else:
+            task.entry = self._queue.push(at, task.entry[2], 0 if plan is None else plan.priority)
 
     def _finish(self, task: Task, status: Status) -> None:
         move(task, status)
-        task_id = task.task_id
+        task_id = task.entry[2]
         del self._tasks[task_id]
         history = self._history
         history[task_id] = status
@@ -256,9 +418,16 @@ class Engine:
         queued = set(self._queue._heap)
         for task_id, task in self._tasks.items():
             assert task.task_id == task_id
-            assert task.status not in FINISHED, task
+            assert task.status in UNFINISHED, task
             assert task_id not in self._history
-            if task.status is SCHEDULED:
-                assert task.entry in queued
+            in_queue = task.status is SCHEDULED and not task.parked
+            assert (task.entry in queued) == in_queue, (task_id, task.status)
         for status in self._history.values():
             assert status in FINISHED
+
+
+def _plan(task: Task) -> Plan:
+    """The task's plan, created on first need (pause, reschedule)."""
+    if task.plan is None:
+        task.plan = Plan()
+    return task.plan

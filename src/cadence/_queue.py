@@ -1,19 +1,24 @@
 """The run queue: a binary min-heap of run entries with lazy deletion.
 
-An entry is the tuple ``(at, seq, task_id)`` and nothing else, so a stale
-entry pins no action or other user object beyond the id. ``seq`` is unique per
-entry, so it also serves as the entry's version: the engine keeps, on each
-task, the entry of its one live run, and an entry is live iff it is that one.
+An entry is the tuple ``(at, order, task_id)`` and nothing else, so a stale
+entry pins no action or other user object beyond the id. ``order`` is the
+entry's sequence number ``seq`` (a counter, unique per entry), shifted by the
+task's priority: ``order = priority * 2**64 + seq``, which is just ``seq`` at
+the default priority 0. Entries thus sort by (at, priority, seq) with no extra
+field and no cost for the default. Being unique, ``order`` also serves as the
+entry's version: the engine keeps, on each task, the entry of its one live
+run, and an entry is live iff it is that one.
 Cancelling or replacing a task therefore just makes its entry stale; stale
 entries are dropped when they reach the top, or all at once by compaction.
 
 Invariants (``RunQueue._check`` asserts every one):
 
-1. Heap order on ``(at, seq)``: no entry is smaller than its parent. ``seq``
-   is unique, so two entries never compare equal and ``task_id`` (any
-   hashable, perhaps not orderable) is never compared.
+1. Heap order on ``(at, order)``: no entry is smaller than its parent.
+   ``order`` is unique, so two entries never compare equal and ``task_id``
+   (any hashable, perhaps not orderable) is never compared.
 2. ``seq`` strictly increases in push order, so entries with the same ``at``
-   come out in the order they were pushed.
+   and priority come out in the order they were pushed, and lower
+   priorities first (as in stdlib ``sched``).
 3. ``stale`` is exactly the number of entries that are not live, and there is
    at most one live entry per task id.
 4. ``stale <= live + STALE_SLACK`` after every operation: garbage is bounded
@@ -30,7 +35,10 @@ from typing import Generic, Protocol, TypeAlias, TypeVar
 from ._types import Time
 
 Entry: TypeAlias = tuple[Time, int, Hashable]
-"""``(at, seq, task_id)``."""
+"""``(at, order, task_id)``."""
+
+PRIORITY_SHIFT = 2**64
+"""``order = priority * PRIORITY_SHIFT + seq``: seq stays below it for any real run count."""
 
 
 class Owner(Protocol):
@@ -47,7 +55,7 @@ costs more than the dead entries it would free."""
 
 
 class RunQueue(Generic[OwnerT]):
-    """Min-heap of ``(at, seq, task_id)`` with lazy deletion and bounded garbage.
+    """Min-heap of ``(at, order, task_id)`` with lazy deletion and bounded garbage.
 
     ``owners`` maps each unfinished task id to its owner (the engine's task),
     whose ``entry`` is the task's one live entry: an entry is live iff
@@ -69,9 +77,12 @@ class RunQueue(Generic[OwnerT]):
         """The number of live entries. O(1)."""
         return len(self._heap) - self._stale
 
-    def push(self, at: Time, task_id: Hashable) -> Entry:
+    def push(self, at: Time, task_id: Hashable, priority: int = 0) -> Entry:
         """Add and return a new live entry for ``task_id`` at ``at``. O(log n)."""
-        entry = (at, self._next_seq(), task_id)
+        order = self._next_seq()
+        if priority:
+            order += priority * PRIORITY_SHIFT
+        entry = (at, order, task_id)
         heappush(self._heap, entry)
         return entry
 
@@ -131,7 +142,7 @@ class RunQueue(Generic[OwnerT]):
         for i in range(1, len(heap)):
             parent = heap[(i - 1) // 2]
             assert parent[:2] < heap[i][:2], f"heap order broken at {i}: {parent} > {heap[i]}"
-        assert len({entry[1] for entry in heap}) == len(heap), "seq is not unique"
+        assert len({entry[1] for entry in heap}) == len(heap), "order is not unique"
         live = [entry for entry in heap if self._is_live(entry)]
         assert self._stale == len(heap) - len(live), (self._stale, len(heap), len(live))
         ids = [entry[2] for entry in live]

@@ -11,12 +11,48 @@ from typing import Any
 
 from . import _validate
 from ._engine import Engine, Task
+from ._policy import Cursor, Plan, RetryPolicy, Schedule
 from ._types import Action, RunOutcome, Status, Time
+from .misfire import Misfire
+from .schedules import FixedRate, Once
 
 Clock = Callable[[], Time]
 
 _PLAIN = frozenset({int, float})
 _INF = math.inf
+
+
+def _check_retry(retry: object) -> None:
+    if retry is not None and not callable(getattr(retry, "delay", None)):
+        raise TypeError(f"retry must be a retry policy (with a delay method), got {retry!r}")
+
+
+def _start(when: object, now: Time) -> Cursor:
+    """Start a schedule's cursor, checking that ``when`` is a schedule."""
+    start = getattr(when, "start", None)
+    if not callable(start):
+        raise TypeError(f"when must be a schedule (with a start(now) method), got {when!r}")
+    cursor = start(now)
+    if not callable(getattr(cursor, "next", None)):
+        raise TypeError(f"{when!r}.start() must return a cursor with next(now), got {cursor!r}")
+    return cursor  # type: ignore[no-any-return]
+
+
+def _plan(
+    cursor: Cursor | None,
+    max_retries: int,
+    retry: RetryPolicy | None,
+    misfire: Misfire | None,
+    priority: int,
+) -> Plan:
+    """Validate the policy arguments and build a task's plan."""
+    _check_retry(retry)
+    if misfire is not None and not isinstance(misfire, Misfire):
+        raise TypeError(f"misfire must be a cadence.misfire.Misfire, got {misfire!r}")
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")
+    limit = None if misfire is None else misfire.limit
+    return Plan(cursor, max_retries, retry, limit, priority)
 
 
 def fatal(error: BaseException) -> bool:
@@ -34,7 +70,9 @@ class Scheduler:
     int or float, in any unit (the runners take it as seconds); it is read
     only to turn a delay into an absolute time. ``backoff`` (> 0, finite) is
     the base of the retry delay: retry r of a run at ``at`` is queued at
-    ``at + backoff * 2 ** (r - 1)``.
+    ``at + backoff * 2 ** (r - 1)``. ``retry`` replaces that default with a
+    :mod:`cadence.retry` policy (e.g. capped, with jitter) for every task
+    that does not bring its own.
 
     Nothing runs by itself: :meth:`tick` runs what is due at the ``now`` it is
     given (tests call it directly), and a :class:`~cadence.Runner` or
@@ -42,16 +80,20 @@ class Scheduler:
     sleeps, starts no thread and calls actions outside its lock, so an action
     may call any method of the scheduler.
 
-    Raises ``TypeError`` for a non-callable ``clock`` or a non-number
-    ``backoff``, ``ValueError`` for a ``backoff`` that is not > 0 and finite.
+    Raises ``TypeError`` for a non-callable ``clock``, a non-number
+    ``backoff`` or a ``retry`` that is not a retry policy, ``ValueError`` for
+    a ``backoff`` that is not > 0 and finite.
     """
 
     __slots__ = ("_backoff", "_clock", "_engine", "_listeners", "_lock")
 
-    def __init__(self, clock: Clock = time.monotonic, backoff: Time = 1) -> None:
+    def __init__(
+        self, clock: Clock = time.monotonic, backoff: Time = 1, *, retry: RetryPolicy | None = None
+    ) -> None:
         self._clock = _validate.callable_("clock", clock)
         self._backoff = _validate.positive("backoff", backoff)
-        self._engine = Engine(backoff)
+        _check_retry(retry)
+        self._engine = Engine(backoff, retry)
         self._lock = threading.Lock()
         self._listeners: tuple[Callable[[Time], object], ...] = ()
 
@@ -68,20 +110,30 @@ class Scheduler:
     # -- scheduling ------------------------------------------------------
 
     def schedule_once(
-        self, task_id: Hashable, delay: Time, action: Action, max_retries: int = 0
+        self,
+        task_id: Hashable,
+        delay: Time,
+        action: Action,
+        max_retries: int = 0,
+        *,
+        retry: RetryPolicy | None = None,
+        priority: int = 0,
     ) -> bool:
         """Run ``action(at)`` once at ``at = clock() + delay``.
 
         A failing run (the action raises an ``Exception``) is retried up to
-        ``max_retries`` times with exponential backoff; then the task is
-        ``failed``. Returns ``False``, changing nothing, when a task with this
-        id is scheduled, queued or running; a finished task with this id is
-        replaced.
+        ``max_retries`` times, each after the delay of ``retry`` (default: the
+        scheduler's, exponential backoff); then the task is ``failed``.
+        ``priority`` orders runs due at the same time: lower first (default
+        0; then scheduling order). Returns ``False``, changing nothing, when a
+        task with this id is scheduled, queued, running or paused; a finished
+        task with this id is replaced.
 
         Complexity: O(log n).
 
         Raises ``TypeError`` for an unhashable ``task_id``, a non-number
-        ``delay``, a non-callable ``action`` or a non-int ``max_retries``;
+        ``delay``, a non-callable ``action``, a non-int ``max_retries`` or
+        ``priority``, or a ``retry`` that is not a retry policy;
         ``ValueError`` for a negative, NaN or infinite ``delay`` or a negative
         ``max_retries``. Nothing changes when it raises.
         """
@@ -100,7 +152,10 @@ class Scheduler:
             hash(task_id)
         except TypeError:
             _validate.hashable("task_id", task_id)
-        return self._add(task_id, self._clock() + delay, action, max_retries, None)
+        if max_retries or retry is not None or priority:
+            plan = _plan(None, max_retries, retry, None, priority)
+            return self._add(task_id, self._clock() + delay, action, plan)
+        return self._add(task_id, self._clock() + delay, action, None)
 
     def schedule_at_fixed_rate(
         self,
@@ -109,40 +164,108 @@ class Scheduler:
         period: Time,
         action: Action,
         max_retries: int = 0,
+        *,
+        retry: RetryPolicy | None = None,
+        misfire: Misfire | None = None,
+        priority: int = 0,
     ) -> bool:
         """Run ``action(at)`` at slots ``first + k * period``, ``first = clock() + initial_delay``.
 
         Slot k is computed by multiplication, so float periods do not drift.
         A slot whose run fails (after ``max_retries`` retries) is skipped and
         the task goes on with its next slot; slots missed because ``tick``
-        jumped ahead or a run took long are caught up, in order. The task
-        never overlaps itself: a slot is queued when the previous one ends.
-        Returns ``False``, changing nothing, when the id is unfinished.
+        jumped ahead or a run took long are caught up, in order, or handled
+        as ``misfire`` says (:mod:`cadence.misfire`). The task never overlaps
+        itself: a slot is queued when the previous one ends. Returns
+        ``False``, changing nothing, when the id is unfinished.
 
-        Complexity: O(log n).
+        Complexity: O(log n) per slot.
 
-        Raises ``TypeError``/``ValueError`` as :meth:`schedule_once`, and for a
-        ``period`` that is not a number > 0 and finite.
+        Raises ``TypeError``/``ValueError`` as :meth:`schedule_once`, for a
+        ``period`` that is not a number > 0 and finite, and for a ``misfire``
+        that is not a :class:`~cadence.misfire.Misfire`.
         """
         _validate.hashable("task_id", task_id)
         _validate.delay("initial_delay", initial_delay)
         _validate.positive("period", period)
         _validate.callable_("action", action)
         _validate.count("max_retries", max_retries)
-        return self._add(task_id, self._clock() + initial_delay, action, max_retries, period)
+        when = FixedRate(period, delay=initial_delay)
+        return self._schedule(task_id, when, action, max_retries, retry, misfire, priority)
+
+    def schedule(
+        self,
+        task_id: Hashable,
+        when: Schedule,
+        action: Action,
+        *,
+        max_retries: int = 0,
+        retry: RetryPolicy | None = None,
+        misfire: Misfire | None = None,
+        priority: int = 0,
+    ) -> bool:
+        """Run ``action(at)`` when ``when`` says: any :mod:`cadence.schedules` schedule.
+
+        ``Once(delay)`` or ``Once(at=t)`` for a one-off task (``at`` is an
+        absolute time on the clock); ``FixedRate(period, start=t)`` for slots
+        from an absolute start; ``FixedDelay(delay)``; ``Cron(...)``
+        (:mod:`cadence.cron`); or your own. ``misfire`` applies to recurring
+        schedules; ``max_retries``, ``retry`` and ``priority`` as in
+        :meth:`schedule_once`. Returns ``False``, changing nothing, when the
+        id is unfinished.
+
+        Complexity: O(log n) per run (plus O(missed slots) under a bounded
+        misfire policy, and whatever the schedule's cursor costs).
+
+        Raises ``TypeError`` for a ``when`` that is not a schedule and for the
+        arguments :meth:`schedule_once` rejects; ``ValueError`` for a schedule
+        with no run at all, or a ``misfire`` given with ``Once``. An exception
+        from the schedule's own ``start``/``next`` propagates. Nothing changes
+        when it raises.
+        """
+        _validate.hashable("task_id", task_id)
+        _validate.callable_("action", action)
+        _validate.count("max_retries", max_retries)
+        return self._schedule(task_id, when, action, max_retries, retry, misfire, priority)
+
+    def _schedule(
+        self,
+        task_id: Hashable,
+        when: Schedule,
+        action: Action,
+        max_retries: int,
+        retry: RetryPolicy | None,
+        misfire: Misfire | None,
+        priority: int,
+    ) -> bool:
+        now = self._clock()
+        if isinstance(when, Once):
+            if misfire is not None:
+                raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
+            if max_retries or retry is not None or priority:
+                plan = _plan(None, max_retries, retry, None, priority)
+                return self._add(task_id, when.first(now), action, plan)
+            return self._add(task_id, when.first(now), action, None)
+        cursor = _start(when, now)
+        first = cursor.next(now)
+        if first is None:
+            raise ValueError(f"when has no run time: {when!r}")
+        _validate.number("the schedule's first time", first)
+        plan = _plan(cursor, max_retries, retry, misfire, priority)
+        return self._add(task_id, first, action, plan, now)
 
     def _add(
         self,
         task_id: Hashable,
         at: Time,
         action: Action,
-        max_retries: int,
-        period: Time | None,
+        plan: Plan | None,
+        now: Time | None = None,
     ) -> bool:
         # Hot path: explicit acquire/release costs half of ``with lock:`` here.
         self._lock.acquire()
         try:
-            if not self._engine.add(task_id, at, action, max_retries, period):
+            if not self._engine.add(task_id, action, at, at if now is None else now, plan):
                 return False
             head = self._engine.next_time() if self._listeners else None
         finally:
@@ -150,6 +273,73 @@ class Scheduler:
         if head is not None:
             self._wake(head)
         return True
+
+    def pause(self, task_id: Hashable) -> bool:
+        """Keep a task from running until :meth:`resume`.
+
+        Its next run is kept but not run; its status stays what it was (a
+        paused task is ``scheduled``; see :meth:`is_paused`). A run in
+        progress goes on, and the task is held when it completes. ``True`` if
+        the task was unfinished and not paused already; ``False`` otherwise.
+
+        Complexity: O(1) amortised.
+        """
+        return self._change(self._engine.pause, task_id)
+
+    def is_paused(self, task_id: Hashable) -> bool:
+        """True if the task is unfinished and paused.
+
+        Complexity: O(1).
+        """
+        with self._lock:
+            return self._engine.is_paused(task_id)
+
+    def resume(self, task_id: Hashable) -> bool:
+        """Let a paused task run again. ``False`` if it is not paused.
+
+        A one-off task whose time passed while paused runs at once. A
+        recurring task's slots missed while paused are handled by its misfire
+        policy: caught up in order (the default), or skipped and counted.
+
+        Complexity: O(log n), plus O(missed slots) under a bounded misfire policy.
+        """
+        return self._change(self._engine.resume, task_id, self._clock())
+
+    def reschedule(self, task_id: Hashable, when: Schedule) -> bool:
+        """Give an unfinished task a new schedule, keeping its id, action and policies.
+
+        E.g. ``reschedule("poll", FixedRate(30))`` changes a period;
+        ``reschedule("report", Once(at=t))`` moves a one-off run. The task's
+        status history is kept (it is not finished and re-created) and its
+        retry count resets. A run in progress goes on; the new schedule takes
+        over when it completes. A paused task stays paused. ``False`` if the
+        task is unknown or finished.
+
+        Complexity: O(log n).
+
+        Raises ``TypeError`` for a ``when`` that is not a schedule,
+        ``ValueError`` for one with no run at all.
+        """
+        now = self._clock()
+        cursor: Cursor | None
+        first: Time | None
+        if isinstance(when, Once):
+            cursor, first = None, when.first(now)
+        else:
+            cursor = _start(when, now)
+            first = cursor.next(now)
+            if first is None:
+                raise ValueError(f"when has no run time: {when!r}")
+        return self._change(self._engine.reschedule, task_id, cursor, first, now)
+
+    def _change(self, operation: Callable[..., bool], *args: Any) -> bool:
+        """Run an engine operation under the lock; wake runners if it queued a run."""
+        with self._lock:
+            changed = operation(*args)
+            head = self._engine.next_time() if self._listeners else None
+        if head is not None:
+            self._wake(head)
+        return changed
 
     def cancel(self, task_id: Hashable) -> bool:
         """Cancel a scheduled, queued or running task; it never starts again.
@@ -223,7 +413,7 @@ class Scheduler:
             stop = error is not None and fatal(error)
             lock.acquire()
             try:
-                outcomes.append(engine.complete(task, error, now))
+                outcomes.append(engine.complete(task, error, now, now))
                 head = engine.next_time() if self._listeners else None
                 task = None if stop else engine.claim(now)
             finally:
@@ -276,10 +466,12 @@ class Scheduler:
             )
         return None
 
-    def _complete(self, task: Task, error: BaseException | None, started: Time) -> RunOutcome:
+    def _complete(
+        self, task: Task, error: BaseException | None, started: Time, finished: Time
+    ) -> RunOutcome:
         """Complete a claimed run and wake runners if it queued an earlier run."""
         with self._lock:
-            outcome = self._engine.complete(task, error, started)
+            outcome = self._engine.complete(task, error, started, finished)
             head = self._engine.next_time() if self._listeners else None
         if head is not None:
             self._wake(head)

@@ -51,7 +51,9 @@ class RunOutcome(NamedTuple):
     ``error`` is the exception the action raised, or ``None``; ``started``
     is the time the action started: the clock's reading under a runner, the
     ``now`` given to :meth:`Scheduler.tick` under ``tick``. ``started - at``
-    is the run's lag.
+    is the run's lag. ``skipped`` is the number of a recurring task's slots
+    that its misfire policy skipped just before this run (always 0 under the
+    default, catch-up).
     """
 
     task_id: Hashable
@@ -60,6 +62,7 @@ class RunOutcome(NamedTuple):
     error: BaseException | None
     attempt: int
     started: Time
+    skipped: int = 0
 
     @property
     def lag(self) -> Time:

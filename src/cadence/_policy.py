@@ -1,0 +1,94 @@
+"""The protocols the engine is parametrised by, and its per-task plan.
+
+The public homes of the policies are :mod:`cadence.schedules`,
+:mod:`cadence.retry` and :mod:`cadence.misfire`; this module holds only what
+the engine needs from them, so the engine depends on protocols, not on
+concrete policies.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Protocol, runtime_checkable
+
+from ._types import Time
+
+
+@runtime_checkable
+class Cursor(Protocol):
+    """One task's position in its :class:`Schedule`."""
+
+    def next(self, now: Time) -> Time | None:
+        """Return the task's next run time and advance past it; ``None`` when there is none.
+
+        Called once when the task is scheduled (``now`` is the scheduling
+        time) and then each time a run completes (``now`` is the completion
+        time), and by misfire policies to step over missed slots. Called under
+        the scheduler's lock: it must be quick and must not call the scheduler.
+        """
+        ...
+
+
+@runtime_checkable
+class Schedule(Protocol):
+    """When a recurring task runs: "the next time after t", as a cursor per task.
+
+    A schedule is an immutable spec that can be shared by many tasks;
+    :meth:`start` binds it to one task scheduled at ``now``.
+    """
+
+    def start(self, now: Time) -> Cursor:
+        """A new cursor for a task scheduled at ``now``."""
+        ...
+
+
+@runtime_checkable
+class RetryPolicy(Protocol):
+    """How long to wait before retrying a failed run."""
+
+    def delay(self, retry: int, previous: Time | None) -> Time | None:
+        """The delay before retry number ``retry`` (1-based) of a slot, or ``None``: no retry.
+
+        ``previous`` is the delay before the previous retry of the same slot
+        (``None`` for the first retry). The retry runs at the failed run's
+        time plus this delay. Called under the scheduler's lock.
+        """
+        ...
+
+
+class Plan:
+    """Everything about a task beyond the defaults; ``None`` on a plain one-off task.
+
+    Tasks with the contract's defaults carry no plan, so the hot path pays
+    nothing for the policies.
+    """
+
+    __slots__ = (
+        "backlog",
+        "cursor",
+        "last_delay",
+        "max_retries",
+        "misfire",
+        "paused",
+        "priority",
+        "retry",
+        "skipped",
+    )
+
+    def __init__(
+        self,
+        cursor: Cursor | None = None,
+        max_retries: int = 0,
+        retry: RetryPolicy | None = None,
+        misfire: int | None = None,
+        priority: int = 0,
+    ) -> None:
+        self.cursor = cursor  # None: a one-off task
+        self.max_retries = max_retries
+        self.retry = retry  # None: the scheduler's policy
+        self.misfire = misfire  # most missed slots to run; None: all (catch up)
+        self.priority = priority
+        self.paused = False  # paused while running: park the next run when it completes
+        self.backlog: deque[Time] | None = None  # runs decided on, before the cursor's next
+        self.skipped = 0  # slots skipped by the misfire policy, to report on the next run
+        self.last_delay: Time | None = None  # the previous retry delay of this slot

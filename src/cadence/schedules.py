@@ -1,0 +1,148 @@
+"""Schedules: when a task runs, as "the next time after t".
+
+A :class:`Schedule` is an immutable spec; :meth:`Schedule.start` binds it to
+one task as a :class:`Cursor`, whose ``next(now)`` returns the next run time
+and advances. Any object with these methods is a schedule: write your own
+(business days, sunrise, a list of times) and pass it to
+:meth:`cadence.Scheduler.schedule`.
+
+Built in:
+
+* :class:`Once`: a single run, after a delay or at an absolute time;
+* :class:`FixedRate`: slot k at ``first + k * period`` (no drift);
+* :class:`FixedDelay`: each run ``delay`` after the previous run finished;
+* :class:`cadence.cron.Cron` (extra ``cadence[cron]``): cron expressions in an
+  IANA time zone.
+
+Times are numbers on the scheduler's clock. Cursors are called under the
+scheduler's lock: keep them quick and pure.
+"""
+
+from __future__ import annotations
+
+from . import _validate
+from ._policy import Cursor, Schedule
+from ._types import Time
+
+
+class Once:
+    """Run once: ``delay`` after scheduling, or at the absolute time ``at``.
+
+    Raises ``TypeError`` for a non-number, ``ValueError`` for a negative,
+    NaN or infinite ``delay`` or a NaN or infinite ``at``, or for both given.
+    """
+
+    __slots__ = ("at", "delay")
+
+    def __init__(self, delay: Time = 0, *, at: Time | None = None) -> None:
+        self.delay = _validate.delay("delay", delay)
+        self.at = None if at is None else _validate.finite("at", at)
+        if at is not None and delay:
+            raise ValueError(f"give delay or at, not both (delay={delay!r}, at={at!r})")
+
+    def __repr__(self) -> str:
+        return f"Once(at={self.at!r})" if self.at is not None else f"Once({self.delay!r})"
+
+    def first(self, now: Time) -> Time:
+        """The run time for a task scheduled at ``now``."""
+        return now + self.delay if self.at is None else self.at
+
+    def start(self, now: Time) -> Cursor:
+        """A cursor that yields the run time once, then ``None``."""
+        return _OnceCursor(self.first(now))
+
+
+class _OnceCursor:
+    __slots__ = ("_at",)
+
+    def __init__(self, at: Time) -> None:
+        self._at: Time | None = at
+
+    def next(self, now: Time) -> Time | None:
+        at, self._at = self._at, None
+        return at
+
+
+class FixedRate:
+    """Slots at ``first + k * period``: ``first = start``, or scheduling time + ``delay``.
+
+    Slots are multiplied, never accumulated, so float periods do not drift.
+    The next slot is queued when a run completes, so the task never
+    overlaps itself; slots it missed are handled by its misfire policy.
+    O(1) per slot.
+
+    Raises ``TypeError`` for non-numbers; ``ValueError`` for a ``period``
+    that is not > 0 and finite, a negative or non-finite ``delay``, a
+    non-finite ``start``, or both ``delay`` and ``start``.
+    """
+
+    __slots__ = ("delay", "period", "start_at")
+
+    def __init__(self, period: Time, *, delay: Time = 0, start: Time | None = None) -> None:
+        self.period = _validate.positive("period", period)
+        self.delay = _validate.delay("delay", delay)
+        self.start_at = None if start is None else _validate.finite("start", start)
+        if start is not None and delay:
+            raise ValueError(f"give delay or start, not both (delay={delay!r}, start={start!r})")
+
+    def __repr__(self) -> str:
+        anchor = f"start={self.start_at!r}" if self.start_at is not None else f"delay={self.delay!r}"
+        return f"FixedRate({self.period!r}, {anchor})"
+
+    def start(self, now: Time) -> Cursor:
+        """A cursor over the slots of a task scheduled at ``now``."""
+        first = now + self.delay if self.start_at is None else self.start_at
+        return _RateCursor(first, self.period)
+
+
+class _RateCursor:
+    __slots__ = ("first", "period", "slot")
+
+    def __init__(self, first: Time, period: Time) -> None:
+        self.first = first
+        self.period = period
+        self.slot = -1
+
+    def next(self, now: Time) -> Time:
+        self.slot += 1
+        return self.first + self.slot * self.period
+
+
+class FixedDelay:
+    """Each run ``delay`` after the previous run finished (finish read on the clock).
+
+    The first run is ``initial_delay`` after scheduling. Unlike
+    :class:`FixedRate` it drifts by each run's duration, on purpose: the
+    pause between runs is what is fixed. It never misses a slot. O(1) per run.
+
+    Raises ``TypeError`` for non-numbers, ``ValueError`` for a ``delay`` that
+    is not > 0 and finite or a negative or non-finite ``initial_delay``.
+    """
+
+    __slots__ = ("delay", "initial_delay")
+
+    def __init__(self, delay: Time, *, initial_delay: Time = 0) -> None:
+        self.delay = _validate.positive("delay", delay)
+        self.initial_delay = _validate.delay("initial_delay", initial_delay)
+
+    def __repr__(self) -> str:
+        return f"FixedDelay({self.delay!r}, initial_delay={self.initial_delay!r})"
+
+    def start(self, now: Time) -> Cursor:
+        """A cursor for a task scheduled at ``now``."""
+        return _DelayCursor(self.delay, now + self.initial_delay)
+
+
+class _DelayCursor:
+    __slots__ = ("_delay", "_first")
+
+    def __init__(self, delay: Time, first: Time) -> None:
+        self._delay = delay
+        self._first: Time | None = first
+
+    def next(self, now: Time) -> Time:
+        first, self._first = self._first, None
+        return now + self._delay if first is None else first
+
+
+__all__ = ["Cursor", "FixedDelay", "FixedRate", "Once", "Schedule"]
