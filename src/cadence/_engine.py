@@ -368,19 +368,19 @@ class Engine:
     def _misfire(self, plan: Plan, candidate: Time | None, now: Time) -> tuple[Time | None, int]:
         """Apply a bounded misfire policy to the next slot ``candidate`` at ``now``.
 
-        Slots at or before ``now`` are missed: the latest ``plan.misfire`` of
-        them run, in order, and the earlier ones are skipped; then the first
-        slot after ``now``. Runs after the returned one wait in the plan's
+        Slots before ``now`` are missed: the latest ``plan.misfire`` of them
+        run, in order, and the earlier ones are skipped; then the first slot
+        at or after ``now``. Runs after the returned one wait in the plan's
         backlog. Returns (the next run time, slots skipped). O(missed slots).
         """
         limit = plan.misfire
-        if limit is None or candidate is None or candidate > now:
+        if limit is None or candidate is None or candidate >= now:
             return candidate, 0
         assert plan.cursor is not None
         keep: deque[Time] = deque([candidate], maxlen=limit)  # maxlen 0 keeps none
         missed = 1
         nxt = plan.cursor.next(now)
-        while nxt is not None and nxt <= now:
+        while nxt is not None and nxt < now:
             missed += 1
             keep.append(nxt)
             nxt = plan.cursor.next(now)

@@ -1,8 +1,9 @@
 """Misfire policies: what a recurring task does about slots it missed.
 
-A slot is *missed* when it is already due when the task comes to queue it:
-``tick`` jumped past several slots, the process was suspended, a run (or its
-retries) took longer than the period, or the task was paused. The policy is
+A slot is *missed* when its time has already passed (it is before now) when
+the task comes to queue it: ``tick`` jumped past several slots, the process
+was suspended, a run (or its retries) took longer than the period, or the
+task was paused. A slot due exactly now is not missed. The policy is
 applied each time the task queues its next slot, on resume, and when a task
 is scheduled with a first slot in the past.
 
@@ -14,7 +15,7 @@ is scheduled with a first slot in the past.
 ``Misfire.COALESCE``      run once for all missed slots: ``bounded(1)``, the
                           run's ``at`` being the latest missed slot
 ``Misfire.SKIP``          run none of them: ``bounded(0)``, jump to the first
-                          slot after now
+                          slot at or after now
 ========================  =====================================================
 
 Skipped slots are never silent: the next run's :class:`~cadence.RunOutcome`

@@ -1,0 +1,137 @@
+"""Cron schedules in an IANA time zone (extra ``cadence[cron]``).
+
+``Cron("30 2 * * *", tz="Europe/Berlin")`` runs at 02:30 Berlin time every
+day. Expressions are parsed and matched by `cronsim
+<https://pypi.org/project/cronsim/>`_ (5 fields, or 6 with seconds first;
+``L``, ``W``, ``#`` and names supported); this module only maps the local wall
+times it yields to instants, with a defined rule for daylight saving time.
+
+**Time.** A cron task runs on wall-clock epoch time: the scheduler's clock
+must return POSIX seconds, as ``time.time`` does (``Scheduler(clock=time.time)``),
+or a :class:`~cadence.ManualClock` set to epoch seconds in tests. Run times
+are whole seconds, returned as ints. A scheduler on ``time.monotonic`` (the
+default) is not on epoch time: keep cron tasks on a scheduler of their own.
+
+**Daylight saving time.** Each matching local time runs exactly once:
+
+* a local time that does not exist (spring forward, e.g. 02:30 on the day
+  clocks jump from 02:00 to 03:00) runs once at the end of the gap, the
+  instant the clocks jump (03:00 new time); several matches inside one gap
+  (``*/15 2 * * *``) are that one run;
+* a local time that happens twice (fall back, e.g. 02:30 on the day clocks go
+  from 03:00 back to 02:00) runs once, at its first occurrence (summer
+  time). The repeated hour's times are not run again, so an hourly job has
+  one two-hour gap that night.
+
+**Missed runs.** Like every recurring task, a cron task catches up runs it
+missed (e.g. while the machine slept) unless given a misfire policy;
+``misfire=Misfire.COALESCE`` is what most cron users expect.
+
+Cost: :meth:`Cron.next_after` is O(1) amortised (a few cronsim steps; a
+bisection of at most ~20 steps on the rare transition day).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+try:
+    from cronsim import CronSim, CronSimError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "cadence.cron needs the cron extra: pip install 'cadence[cron]'"
+    ) from exc
+
+from . import _validate
+from ._policy import Cursor
+from ._types import Time
+
+_MAX_STEPS = 1000  # cronsim matches looked at for one next_after (>= the matches in one fold)
+
+
+class Cron:
+    """A cron expression evaluated in the IANA time zone ``tz`` (default ``"UTC"``).
+
+    A :class:`~cadence.schedules.Schedule`: pass it to
+    :meth:`cadence.Scheduler.schedule`. The first run is the first match
+    after scheduling; each next run is the first match after the previous
+    one (so missed runs are seen, and handled by the task's misfire policy).
+
+    Raises ``TypeError`` for a non-str ``expression``, ``ValueError`` for an
+    expression cronsim rejects or an unknown time zone.
+    """
+
+    __slots__ = ("expression", "zone")
+
+    def __init__(self, expression: str, tz: str | tzinfo = "UTC") -> None:
+        if not isinstance(expression, str):
+            raise TypeError(f"expression must be a str, got {expression!r}")
+        try:
+            CronSim(expression, datetime(2000, 1, 1))
+        except CronSimError as exc:
+            raise ValueError(f"expression {expression!r} is not valid cron: {exc}") from None
+        if isinstance(tz, str):
+            try:
+                zone: tzinfo = ZoneInfo(tz)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"tz must be an IANA time zone name, got {tz!r}") from None
+        elif isinstance(tz, tzinfo):
+            zone = tz
+        else:
+            raise TypeError(f"tz must be a zone name or a tzinfo, got {tz!r}")
+        self.expression = expression
+        self.zone = zone
+
+    def __repr__(self) -> str:
+        return f"Cron({self.expression!r}, tz={str(self.zone)!r})"
+
+    def start(self, now: Time) -> Cursor:
+        """A cursor over the run times after ``now`` (epoch seconds)."""
+        return _CronCursor(self, now)
+
+    def next_after(self, t: Time) -> int:
+        """The first run time strictly after epoch time ``t``, by the rules above.
+
+        Raises ``TypeError``/``ValueError`` for a ``t`` that is not a finite number.
+        """
+        _validate.finite("t", t)
+        local = datetime.fromtimestamp(t, self.zone).replace(tzinfo=None)
+        matches = CronSim(self.expression, local)
+        for _ in range(_MAX_STEPS):
+            instant = self._instant(next(matches))
+            if instant > t:
+                return instant
+        raise RuntimeError(f"{self!r}: no run after {t!r} within {_MAX_STEPS} matches")
+
+    def _instant(self, wall: datetime) -> int:
+        """The epoch second a naive local wall time runs at (gap: its end; fold: the first)."""
+        zone = self.zone
+        first = int(wall.replace(tzinfo=zone, fold=0).timestamp())
+        if datetime.fromtimestamp(first, zone).replace(tzinfo=None) == wall:
+            return first  # exists; fold=0 is the first of two occurrences
+        # In a gap: the clocks jump somewhere in (low, first]; find that instant.
+        low = int(wall.replace(tzinfo=zone, fold=1).timestamp())
+        high = first
+        while high - low > 1:
+            mid = (low + high) // 2
+            if datetime.fromtimestamp(mid, zone).replace(tzinfo=None) > wall:
+                high = mid
+            else:
+                low = mid
+        return high
+
+
+class _CronCursor:
+    __slots__ = ("_cron", "_last")
+
+    def __init__(self, cron: Cron, now: Time) -> None:
+        self._cron = cron
+        self._last = now
+
+    def next(self, now: Time) -> int:
+        self._last = self._cron.next_after(self._last)
+        return self._last
+
+
+__all__ = ["Cron"]
