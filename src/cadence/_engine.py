@@ -45,7 +45,8 @@ DONE, FAILED, CANCELLED = Status.DONE, Status.FAILED, Status.CANCELLED
 OK, RETRY = Result.OK, Result.RETRY
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
-    SCHEDULED: frozenset({QUEUED, RUNNING, CANCELLED}),
+    # done/failed without a run: its schedule ended (or raised) while skipping missed slots
+    SCHEDULED: frozenset({QUEUED, RUNNING, CANCELLED, DONE, FAILED}),
     QUEUED: frozenset({RUNNING, CANCELLED}),
     RUNNING: frozenset({DONE, FAILED, SCHEDULED, CANCELLED}),
     DONE: frozenset(),
@@ -144,25 +145,15 @@ class Engine:
 
     # -- changes ---------------------------------------------------------
 
-    def add(
-        self, task_id: Hashable, action: Action, at: Time, now: Time, plan: Plan | None = None
-    ) -> bool:
+    def add(self, task_id: Hashable, action: Action, at: Time, plan: Plan | None = None) -> bool:
         """Schedule a task whose first run is at ``at``; ``False`` if the id is unfinished.
 
-        A finished task with the same id is replaced. With a recurring plan
-        whose misfire policy is bounded, slots already missed at ``now`` are
-        skipped as it says. Arguments are trusted (the caller validated
-        them). O(log n).
+        A finished task with the same id is replaced. (A first run already in
+        the past meets the task's misfire policy when it is claimed.)
+        Arguments are trusted (the caller validated them). O(log n).
         """
         if task_id in self._tasks:
             return False
-        if plan is not None and plan.misfire is not None:
-            first, plan.skipped = self._misfire(plan, at, now)
-            if first is None:  # every slot is already missed and none is left
-                self._history.pop(task_id, None)
-                self._history[task_id] = DONE
-                return True
-            at = first
         self._history.pop(task_id, None)
         # Built field by field: a third cheaper than an __init__ call, on the hot path.
         task = Task.__new__(Task)
@@ -209,11 +200,11 @@ class Engine:
         _plan(task).paused = True
         return True
 
-    def resume(self, task_id: Hashable, now: Time) -> bool:
+    def resume(self, task_id: Hashable) -> bool:
         """Let a paused task run again; ``False`` if it is not paused. O(log n).
 
         A run parked in the past is due at once; slots of a recurring task
-        missed while paused are run or skipped as its misfire policy says.
+        missed while paused meet its misfire policy when it is claimed.
         """
         task = self._tasks.get(task_id)
         if task is None or task.plan is None or not task.plan.paused:
@@ -223,16 +214,10 @@ class Engine:
         plan.paused = False
         if not parked:  # paused while running: it was never parked
             return True
-        at: Time | None = task.entry[0]
-        if plan.cursor is not None and not plan.backlog:
-            at, plan.skipped = self._misfire(plan, at, now)
-        if at is None:
-            self._finish(task, DONE)
-        else:
-            task.entry = self._queue.push(at, task.entry[2], plan.priority)
+        task.entry = self._queue.push(task.entry[0], task.entry[2], plan.priority)
         return True
 
-    def reschedule(self, task_id: Hashable, cursor: Cursor | None, at: Time, now: Time) -> bool:
+    def reschedule(self, task_id: Hashable, cursor: Cursor | None, at: Time) -> bool:
         """Give an unfinished task a new next run at ``at``, then ``cursor``'s runs.
 
         The task keeps its id, action, status and policies; its retry count
@@ -250,19 +235,12 @@ class Engine:
         if task.status is not SCHEDULED:  # queued or running: the next run is the new one
             plan.backlog = deque([at])
             return True
-        parked = plan.paused
-        first: Time | None = at
-        if cursor is not None and plan.misfire is not None:
-            first, plan.skipped = self._misfire(plan, at, now)
-        if not parked:
-            self._queue.discard()
         task.attempt = 0
-        if first is None:
-            self._finish(task, DONE)
-        elif parked:
-            task.entry = (first, -1, task_id)
+        if plan.paused:
+            task.entry = (at, -1, task_id)
         else:
-            task.entry = self._queue.push(first, task_id, plan.priority)
+            self._queue.discard()
+            task.entry = self._queue.push(at, task_id, plan.priority)
         return True
 
     def claim(self, now: Time, *, queued: bool = False) -> Task | None:
@@ -271,13 +249,23 @@ class Engine:
         Its task becomes ``running``, or ``queued`` when ``queued`` is true
         (then :meth:`start` it when a worker picks it up). The caller must
         eventually pass the task to :meth:`complete` (unless :meth:`start`
-        refused it). O(log n).
+        refused it). A late run of a task with a bounded misfire policy is
+        decided here (see :meth:`_misfire`). O(log n).
         """
-        task = self._queue.pop_due(now)
-        if task is None:
-            return None
-        move(task, QUEUED if queued else RUNNING)
-        return task
+        while True:
+            task = self._queue.pop_due(now)
+            if task is None:
+                return None
+            plan = task.plan
+            if (
+                plan is None
+                or plan.misfire is None
+                or plan.backlog
+                or task.entry[0] >= now
+                or self._misfire(task, plan, now)
+            ):
+                move(task, QUEUED if queued else RUNNING)
+                return task
 
     def start(self, task: Task) -> bool:
         """Move a claimed ``queued`` run to ``running``. O(1).
@@ -357,41 +345,53 @@ class Engine:
             nxt = None
         else:
             nxt = plan.cursor.next(finished)
-            if plan.misfire is not None:
-                nxt, plan.skipped = self._misfire(plan, nxt, finished)
         if nxt is None:
             self._finish(task, DONE if error is None else FAILED)
         else:
             self._requeue(task, nxt)
         return result
 
-    def _misfire(self, plan: Plan, candidate: Time | None, now: Time) -> tuple[Time | None, int]:
-        """Apply a bounded misfire policy to the next slot ``candidate`` at ``now``.
+    def _misfire(self, task: Task, plan: Plan, now: Time) -> bool:
+        """Decide a late run (``at < now``) of a task with a bounded misfire policy.
 
-        Slots before ``now`` are missed: the latest ``plan.misfire`` of them
-        run, in order, and the earlier ones are skipped; then the first slot
-        at or after ``now``. Runs after the returned one wait in the plan's
-        backlog. Returns (the next run time, slots skipped). O(missed slots).
+        The task is *behind* when a later slot is due too (``<= now``). Then
+        of the due slots the latest ``plan.misfire`` run, in order, and the
+        rest are skipped (counted in ``plan.skipped``, reported on the next
+        run). A task that is merely late, not behind, runs as usual. The
+        runs after the first, and the first slot after ``now``, wait in the
+        plan's backlog. True if the first run is due now (``task.entry`` then
+        holds it); else it is queued (or the task is finished, if its
+        schedule ended or raised) and False. O(due slots).
         """
-        limit = plan.misfire
-        if limit is None or candidate is None or candidate >= now:
-            return candidate, 0
         assert plan.cursor is not None
-        keep: deque[Time] = deque([candidate], maxlen=limit)  # maxlen 0 keeps none
-        missed = 1
-        nxt = plan.cursor.next(now)
-        while nxt is not None and nxt < now:
-            missed += 1
-            keep.append(nxt)
+        task_id = task.entry[2]
+        due: deque[Time] = deque([task.entry[0]], maxlen=plan.misfire)  # maxlen 0 keeps none
+        count = 1
+        try:
             nxt = plan.cursor.next(now)
-        runs = list(keep)
-        skipped = missed - len(runs)
+            while nxt is not None and nxt <= now:
+                count += 1
+                due.append(nxt)
+                nxt = plan.cursor.next(now)
+        except Exception:
+            self._finish(task, FAILED)
+            return False
+        if count == 1:  # late, not behind
+            runs = [task.entry[0]]
+        else:
+            runs = list(due)
+            plan.skipped += count - len(runs)
         if nxt is not None:
             runs.append(nxt)
         if not runs:
-            return None, skipped
+            self._finish(task, DONE)
+            return False
         plan.backlog = deque(runs[1:]) or None
-        return runs[0], skipped
+        if runs[0] > now:
+            task.entry = self._queue.push(runs[0], task_id, plan.priority)
+            return False
+        task.entry = (runs[0], task.entry[1], task_id)
+        return True
 
     def _requeue(self, task: Task, at: Time) -> None:
         """Queue the task's next run at ``at`` (parked, if it was paused meanwhile)."""

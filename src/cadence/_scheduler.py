@@ -252,20 +252,13 @@ class Scheduler:
             raise ValueError(f"when has no run time: {when!r}")
         _validate.number("the schedule's first time", first)
         plan = _plan(cursor, max_retries, retry, misfire, priority)
-        return self._add(task_id, first, action, plan, now)
+        return self._add(task_id, first, action, plan)
 
-    def _add(
-        self,
-        task_id: Hashable,
-        at: Time,
-        action: Action,
-        plan: Plan | None,
-        now: Time | None = None,
-    ) -> bool:
+    def _add(self, task_id: Hashable, at: Time, action: Action, plan: Plan | None) -> bool:
         # Hot path: explicit acquire/release costs half of ``with lock:`` here.
         self._lock.acquire()
         try:
-            if not self._engine.add(task_id, action, at, at if now is None else now, plan):
+            if not self._engine.add(task_id, action, at, plan):
                 return False
             head = self._engine.next_time() if self._listeners else None
         finally:
@@ -303,7 +296,7 @@ class Scheduler:
 
         Complexity: O(log n), plus O(missed slots) under a bounded misfire policy.
         """
-        return self._change(self._engine.resume, task_id, self._clock())
+        return self._change(self._engine.resume, task_id)
 
     def reschedule(self, task_id: Hashable, when: Schedule) -> bool:
         """Give an unfinished task a new schedule, keeping its id, action and policies.
@@ -330,7 +323,7 @@ class Scheduler:
             first = cursor.next(now)
             if first is None:
                 raise ValueError(f"when has no run time: {when!r}")
-        return self._change(self._engine.reschedule, task_id, cursor, first, now)
+        return self._change(self._engine.reschedule, task_id, cursor, first)
 
     def _change(self, operation: Callable[..., bool], *args: Any) -> bool:
         """Run an engine operation under the lock; wake runners if it queued a run."""

@@ -39,9 +39,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 try:
     from cronsim import CronSim, CronSimError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "cadence.cron needs the cron extra: pip install 'cadence[cron]'"
-    ) from exc
+    raise ImportError("cadence.cron needs the cron extra: pip install 'cadence[cron]'") from exc
 
 from . import _validate
 from ._policy import Cursor

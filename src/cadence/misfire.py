@@ -1,27 +1,28 @@
-"""Misfire policies: what a recurring task does about slots it missed.
+"""Misfire policies: what a recurring task does when it has fallen behind.
 
-A slot is *missed* when its time has already passed (it is before now) when
-the task comes to queue it: ``tick`` jumped past several slots, the process
-was suspended, a run (or its retries) took longer than the period, or the
-task was paused. A slot due exactly now is not missed. The policy is
-applied each time the task queues its next slot, on resume, and when a task
-is scheduled with a first slot in the past.
+A task is *behind* when, as one of its runs comes up, a later slot of it is
+due too: ``tick`` jumped past several slots, the process was suspended, a
+run (or its retries) took longer than the period, or the task was paused.
+All the slots due then (up to now) are its backlog; the policy says which of
+them run. A run that is merely late (no later slot due yet) always runs. The
+policy is applied when the late run is claimed, so it works the same under
+``tick``, ``Runner`` and ``AsyncRunner``.
 
 ========================  =====================================================
-``Misfire.CATCH_UP``      run every missed slot, in order (the default, as
+``Misfire.CATCH_UP``      run every due slot, in order (the default, as
                           Java's ``scheduleAtFixedRate``)
-``Misfire.bounded(k)``    run the latest ``k`` missed slots, in order; skip
-                          the earlier ones
-``Misfire.COALESCE``      run once for all missed slots: ``bounded(1)``, the
-                          run's ``at`` being the latest missed slot
-``Misfire.SKIP``          run none of them: ``bounded(0)``, jump to the first
-                          slot at or after now
+``Misfire.bounded(k)``    run the latest ``k`` due slots, in order; skip the
+                          earlier ones
+``Misfire.COALESCE``      run once for the whole backlog: ``bounded(1)``, the
+                          run's ``at`` being the latest due slot
+``Misfire.SKIP``          run none of them: ``bounded(0)``, wait for the
+                          first slot after now
 ========================  =====================================================
 
 Skipped slots are never silent: the next run's :class:`~cadence.RunOutcome`
 says how many were skipped just before it (``outcome.skipped``), and runners'
-stats count them. Cost: O(missed slots) when slots were missed, nothing
-otherwise.
+stats count them. Cost: O(due slots) for a late run of a task with a bounded
+policy; nothing otherwise.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ class NoRetry:
 
     def delay(self, retry: int, previous: Time | None) -> None:
         """Always ``None``: do not retry."""
-        return None
+        return
 
 
 __all__ = ["Backoff", "Jitter", "NoRetry", "RetryPolicy"]

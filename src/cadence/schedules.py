@@ -86,7 +86,9 @@ class FixedRate:
             raise ValueError(f"give delay or start, not both (delay={delay!r}, start={start!r})")
 
     def __repr__(self) -> str:
-        anchor = f"start={self.start_at!r}" if self.start_at is not None else f"delay={self.delay!r}"
+        anchor = (
+            f"start={self.start_at!r}" if self.start_at is not None else f"delay={self.delay!r}"
+        )
         return f"FixedRate({self.period!r}, {anchor})"
 
     def start(self, now: Time) -> Cursor:
