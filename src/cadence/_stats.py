@@ -19,11 +19,13 @@ class StatsSnapshot(NamedTuple):
 
     ``lag_p50``, ``lag_p99`` and ``lag_max`` are over the last ``window`` runs
     (``None`` before the first run); lag is ``started - at``, in clock units.
+    ``skipped`` counts the slots misfire policies skipped.
     """
 
     ok: int
     retry: int
     failed: int
+    skipped: int
     running: int
     queued: int
     lag_p50: Time | None
@@ -54,19 +56,21 @@ class Stats:
     Raises ``ValueError`` for a ``window`` that is not a positive int.
     """
 
-    __slots__ = ("_counts", "_lags", "_lock")
+    __slots__ = ("_counts", "_lags", "_lock", "_skipped")
 
     def __init__(self, window: int = WINDOW) -> None:
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ValueError(f"window must be an int >= 1, got {window!r}")
         self._counts = dict.fromkeys(Result, 0)
         self._lags: deque[Time] = deque(maxlen=window)
+        self._skipped = 0
         self._lock = threading.Lock()
 
     def record(self, outcome: RunOutcome) -> None:
         """Count one run and remember its lag. O(1)."""
         with self._lock:
             self._counts[outcome.result] += 1
+            self._skipped += outcome.skipped
             self._lags.append(outcome.started - outcome.at)
 
     def record_all(self, outcomes: Iterable[RunOutcome]) -> None:
@@ -78,12 +82,14 @@ class Stats:
         """Read the counts and lag percentiles; ``running``/``queued`` are passed through."""
         with self._lock:
             counts = dict(self._counts)
+            skipped = self._skipped
             lags = sorted(self._lags)
             window = self._lags.maxlen or 0
         return StatsSnapshot(
             ok=counts[Result.OK],
             retry=counts[Result.RETRY],
             failed=counts[Result.FAILED],
+            skipped=skipped,
             running=running,
             queued=queued,
             lag_p50=percentile(lags, 50) if lags else None,
