@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import pytest
+
 import cadence
 
 PUBLIC_MODULES = {"cron", "misfire", "retry", "schedules"}  # homes of the policies
@@ -21,10 +23,12 @@ def test_all_is_exactly_the_public_names() -> None:
          "Misfire", "NoRetry", "Once", "Result", "RetryPolicy", "RunOutcome", "Runner",
          "Schedule", "Scheduler", "Stats", "StatsSnapshot", "Status"]
     )  # fmt: skip
-    public = {name for name in vars(cadence) if not name.startswith("_")}
+    public = {name for name in dir(cadence) if not name.startswith("_")}
     assert public - PUBLIC_MODULES == set(cadence.__all__)
     for name in cadence.__all__:
         assert getattr(cadence, name).__doc__, name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        cadence.Nope  # noqa: B018
 
 
 def test_the_engine_imports_no_time_threads_or_io() -> None:

@@ -1,4 +1,4 @@
-"""The README's Python examples run and say what they claim."""
+"""The Python examples in the README and docs run and say what they claim."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import io
 import pathlib
 import re
 
-README = pathlib.Path(__file__).parent.parent / "README.md"
+ROOT = pathlib.Path(__file__).parent.parent
+README = ROOT / "README.md"
 
 
-def blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+def blocks(path: pathlib.Path = README) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.DOTALL)
 
 
 def test_readme_examples_run_and_print_what_they_show() -> None:
@@ -25,3 +26,10 @@ def test_readme_examples_run_and_print_what_they_show() -> None:
         shown = [line[2:] for line in block.splitlines() if line.startswith("# ")]
         if shown:
             assert out.getvalue().splitlines() == shown
+
+
+def test_policy_doc_examples_run() -> None:
+    found = blocks(ROOT / "docs" / "policies.md")
+    assert len(found) >= 6
+    for block in found:
+        exec(compile(block, "docs/policies.md", "exec"), {})

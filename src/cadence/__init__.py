@@ -10,15 +10,37 @@ Policies have a public module each, re-exported here: :mod:`cadence.schedules`
 :mod:`cadence.cron` (cron expressions; extra ``cadence[cron]``).
 """
 
-from ._async import AsyncRunner
+import importlib as _importlib
+import typing as _typing
+
 from ._clock import ManualClock
-from ._runner import Runner
 from ._scheduler import Scheduler
 from ._stats import Stats, StatsSnapshot
 from ._types import Result, RunOutcome, Status
 from .misfire import Misfire
 from .retry import Backoff, NoRetry, RetryPolicy
 from .schedules import Cursor, FixedDelay, FixedRate, Once, Schedule
+
+if _typing.TYPE_CHECKING:
+    from ._async import AsyncRunner
+    from ._runner import Runner
+
+# The runners pull in threading, logging, concurrent.futures and asyncio: they
+# are imported on first use, so `import cadence` for tests and tick stays light.
+_LAZY = {"Runner": "._runner", "AsyncRunner": "._async"}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "AsyncRunner",

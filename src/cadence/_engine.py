@@ -161,7 +161,10 @@ class Engine:
         task.status = SCHEDULED
         task.attempt = 0
         task.plan = plan
-        task.entry = self._queue.push(at, task_id, 0 if plan is None else plan.priority)
+        if plan is None:
+            task.entry = self._queue.push(at, task_id)
+        else:
+            task.entry = self._queue.push(at, task_id, plan.priority)
         self._tasks[task_id] = task
         return True
 
@@ -174,7 +177,7 @@ class Engine:
         task = self._tasks.get(task_id)
         if task is None:
             return False
-        queued_entry = task.status is SCHEDULED and not task.parked
+        queued_entry = task.status is SCHEDULED and (task.plan is None or not task.plan.paused)
         self._finish(task, CANCELLED)
         if queued_entry:
             self._queue.discard()
@@ -301,55 +304,54 @@ class Engine:
             if task.status is not CANCELLED:
                 self._finish(task, DONE if error is None else FAILED)
             return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, 0))
-        skipped, plan.skipped = plan.skipped, 0
+        skipped = plan.skipped
+        if skipped:
+            plan.skipped = 0
         if task.status is CANCELLED:
-            result = OK if error is None else Result.FAILED
-        else:
-            try:
-                result = self._follow(task, plan, error, at, attempt, finished)
-            except Exception as exc:  # a policy failed: the task cannot go on
-                exc.add_note(f"cadence: a policy of task {entry[2]!r} raised; the task failed")
-                result, error = Result.FAILED, exc
-                if task.status is RUNNING:
-                    self._finish(task, FAILED)
-        return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, skipped))
-
-    def _follow(
-        self,
-        task: Task,
-        plan: Plan,
-        error: BaseException | None,
-        at: Time,
-        attempt: int,
-        finished: Time,
-    ) -> Result:
-        """Decide and queue what follows a completed run of a task with a plan."""
-        if error is not None and attempt < plan.max_retries and isinstance(error, Exception):
-            policy = plan.retry or self._retry
-            if policy is None:
-                delay: Time | None = self._backoff * 2**attempt
+            return _new_outcome(
+                RunOutcome,
+                (entry[2], at, OK if error is None else Result.FAILED, error, attempt, started,
+                 skipped),
+            )  # fmt: skip
+        try:
+            if error is None:
+                result = OK
+            elif attempt < plan.max_retries and isinstance(error, Exception):
+                policy = plan.retry or self._retry
+                if policy is None:
+                    delay: Time | None = self._backoff * 2**attempt
+                else:
+                    delay = policy.delay(attempt + 1, plan.last_delay)
+                if delay is not None:
+                    plan.last_delay = delay
+                    task.attempt = attempt + 1
+                    self._requeue(task, at + delay)
+                    return _new_outcome(
+                        RunOutcome, (entry[2], at, RETRY, error, attempt, started, skipped)
+                    )
+                result = Result.FAILED
             else:
-                delay = policy.delay(attempt + 1, plan.last_delay)
-            if delay is not None:
-                plan.last_delay = delay
-                task.attempt = attempt + 1
-                self._requeue(task, at + delay)
-                return RETRY
-        result = OK if error is None else Result.FAILED
-        task.attempt = 0
-        plan.last_delay = None
-        backlog = plan.backlog
-        if backlog:
-            nxt: Time | None = backlog.popleft()
-        elif plan.cursor is None:
-            nxt = None
-        else:
-            nxt = plan.cursor.next(finished)
-        if nxt is None:
-            self._finish(task, DONE if error is None else FAILED)
-        else:
-            self._requeue(task, nxt)
-        return result
+                result = Result.FAILED
+            # The slot is over: its next run comes from the backlog or the schedule.
+            if attempt:
+                task.attempt = 0
+                plan.last_delay = None
+            if plan.backlog:
+                nxt: Time | None = plan.backlog.popleft()
+            elif plan.cursor is None:
+                nxt = None
+            else:
+                nxt = plan.cursor.next(finished)
+            if nxt is None:
+                self._finish(task, DONE if error is None else FAILED)
+            else:
+                self._requeue(task, nxt)
+        except Exception as exc:  # a policy failed: the task cannot go on
+            exc.add_note(f"cadence: a policy of task {entry[2]!r} raised; the task failed")
+            result, error = Result.FAILED, exc
+            if task.status is RUNNING:
+                self._finish(task, FAILED)
+        return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, skipped))
 
     def _misfire(self, task: Task, plan: Plan, now: Time) -> bool:
         """Decide a late run (``at < now``) of a task with a bounded misfire policy.
@@ -397,10 +399,12 @@ class Engine:
         """Queue the task's next run at ``at`` (parked, if it was paused meanwhile)."""
         move(task, SCHEDULED)
         plan = task.plan
-        if plan is not None and plan.paused:
+        if plan is None:
+            task.entry = self._queue.push(at, task.entry[2])
+        elif plan.paused:
             task.entry = (at, -1, task.entry[2])
         else:
-            task.entry = self._queue.push(at, task.entry[2], 0 if plan is None else plan.priority)
+            task.entry = self._queue.push(at, task.entry[2], plan.priority)
 
     def _finish(self, task: Task, status: Status) -> None:
         move(task, status)

@@ -79,10 +79,10 @@ class RunQueue(Generic[OwnerT]):
 
     def push(self, at: Time, task_id: Hashable, priority: int = 0) -> Entry:
         """Add and return a new live entry for ``task_id`` at ``at``. O(log n)."""
-        order = self._next_seq()
         if priority:
-            order += priority * PRIORITY_SHIFT
-        entry = (at, order, task_id)
+            entry = (at, self._next_seq() + priority * PRIORITY_SHIFT, task_id)
+        else:
+            entry = (at, self._next_seq(), task_id)
         heappush(self._heap, entry)
         return entry
 

@@ -1,0 +1,104 @@
+"""Instructions per operation of the core's hot paths, counted by callgrind.
+
+Wall-clock figures on a shared machine drift by 10-20 %; instruction counts
+do not (the same count for the same build, inputs and PYTHONHASHSEED, however
+busy the machine), so they show small changes that timing cannot. Used to
+check that a change leaves the default hot paths no slower.
+
+Usage: ``python bench/instructions.py [SRC ...]`` where each SRC is a
+``src`` directory holding a ``cadence`` package (default: this checkout's);
+e.g. ``git worktree add /tmp/old REV`` then
+``python bench/instructions.py /tmp/old/src src``. Needs valgrind.
+
+Each workload runs 20,000 operations in a fresh interpreter with GC off; the
+figure is (instructions of the run - instructions of its baseline) / 20,000.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+N = 20_000
+WORKLOAD = r"""
+import gc, random, sys
+sys.path.insert(0, {src!r})
+from cadence import Scheduler
+gc.disable()
+N = {n}
+rng = random.Random(1)
+times = [rng.random() * 1000 for _ in range(N)]
+def act(at): pass
+s = Scheduler(clock=lambda: 0.0)
+which = {which!r}
+if which in ("schedule", "fire"):
+    for i, t in enumerate(times): s.schedule_once(i, t, act)
+    if which == "fire": s.tick(2000.0)
+elif which in ("resident", "cancel", "idle"):
+    for i, t in enumerate(times): s.schedule_once(i, 1e9 + t, act)
+    if which == "cancel":
+        for _ in range(N): s.schedule_once(-1, 5.0, act); s.cancel(-1)
+    if which == "idle":
+        for _ in range(N): s.tick(1.0)
+elif which in ("rate", "rate-base"):
+    s = Scheduler(clock=lambda: 0)
+    for i in range(100): s.schedule_at_fixed_rate(i, i % 10, 10, act)
+    if which == "rate": s.tick(N // 100 * 10 - 1)
+"""
+# workload -> (its baseline, what one operation is)
+WORKLOADS = {
+    "schedule": ("none", "schedule_once"),
+    "fire": ("schedule", "tick: run one one-off task"),
+    "cancel": ("resident", "schedule_once + cancel, 20,000 resident"),
+    "idle": ("resident", "idle tick, 20,000 resident"),
+    "rate": ("rate-base", "tick: one fixed-rate run"),
+}
+
+
+def instructions(src: str, which: str) -> int:
+    code = WORKLOAD.format(src=src, n=N, which=which)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    out = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    match = re.search(r"Collected : (\d+)", out.stderr)
+    assert match, out.stderr[-2000:]
+    return int(match.group(1))
+
+
+def main(argv: list[str]) -> None:
+    srcs = argv or [str(Path(__file__).resolve().parent.parent / "src")]
+    counts: dict[str, dict[str, int]] = {src: {} for src in srcs}
+    names = sorted(set(WORKLOADS) | {base for base, _ in WORKLOADS.values()})
+    for src in srcs:
+        for which in names:
+            counts[src][which] = instructions(src, which)
+            print(f"{src}: {which} done", file=sys.stderr)
+    head = "| operation | " + " | ".join(srcs) + " |"
+    lines = [head, "|---|" + "---|" * len(srcs)]
+    for which, (base, label) in WORKLOADS.items():
+        cells = [f"{(counts[s][which] - counts[s][base]) / N:,.0f}" for s in srcs]
+        if len(srcs) == 2:
+            a, b = ((counts[s][which] - counts[s][base]) for s in srcs)
+            cells[-1] += f" ({100 * (b - a) / a:+.1f} %)"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    print("instructions per operation (callgrind, PYTHONHASHSEED=0)")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
