@@ -11,23 +11,15 @@ from typing import Any
 import pytest
 
 from cadence import AsyncRunner, ManualClock, Result, RunOutcome, Scheduler, Status
-from tests.helpers import rows
+from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0
 
 
-class AsyncCollector:
-    """``on_outcome`` that lets a coroutine wait for n outcomes (from any thread)."""
+class AsyncCollector(Collector):
+    """A Collector a coroutine can wait on, yielding to the loop meanwhile."""
 
-    def __init__(self) -> None:
-        self.outcomes: list[RunOutcome] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, outcome: RunOutcome) -> None:
-        with self._cond:
-            self.outcomes.append(outcome)
-
-    async def wait_for(self, n: int) -> list[RunOutcome]:
+    async def wait_for_async(self, n: int) -> list[RunOutcome]:
         async def reached() -> None:
             while len(self.outcomes) < n:
                 await asyncio.sleep(0)  # yield to the loop; the clock is not involved
@@ -50,9 +42,9 @@ def test_runs_when_the_manual_clock_moves() -> None:
             assert runner.is_running
             sched.schedule_once("a", 10, lambda at: None)
             sched.schedule_at_fixed_rate("r", 0, 10, lambda at: None)
-            assert rows(await seen.wait_for(1)) == [("r", 1000, "ok", 0)]
+            assert rows(await seen.wait_for_async(1)) == [("r", 1000, "ok", 0)]
             clock.advance(10)
-            assert rows(await seen.wait_for(3)) == [
+            assert rows(await seen.wait_for_async(3)) == [
                 ("r", 1000, "ok", 0), ("a", 1010, "ok", 0), ("r", 1010, "ok", 0)
             ]  # fmt: skip
         assert not runner.is_running
@@ -79,13 +71,13 @@ def test_a_coroutine_action_is_awaited_and_delays_no_other_task() -> None:
         async with AsyncRunner(sched, on_outcome=seen):
             sched.schedule_at_fixed_rate("slow", 0, 10, slow)
             sched.schedule_at_fixed_rate("fast", 0, 5, lambda at: None)
-            await seen.wait_for(1)
+            await seen.wait_for_async(1)
             clock.advance(25)
-            got = await seen.wait_for(6)
+            got = await seen.wait_for_async(6)
             assert [o.task_id for o in got] == ["fast"] * 6
             assert sched.status("slow") is Status.RUNNING
             gate.set()
-            got = await seen.wait_for(9)
+            got = await seen.wait_for_async(9)
             assert [o.at for o in got if o.task_id == "slow"] == [0, 10, 20]
 
     run(main)
@@ -107,9 +99,9 @@ def test_a_coroutine_failure_is_retried() -> None:
     async def main() -> None:
         async with AsyncRunner(sched, on_outcome=seen):
             sched.schedule_once("a", 0, flaky, max_retries=1)
-            await seen.wait_for(1)
+            await seen.wait_for_async(1)
             clock.advance(2)
-            got = await seen.wait_for(2)
+            got = await seen.wait_for_async(2)
         assert rows(got) == [("a", 0, "retry", 0), ("a", 2, "ok", 1)]
         assert isinstance(got[0].error, ConnectionError)
 
@@ -127,7 +119,7 @@ def test_scheduling_from_another_thread_wakes_the_loop() -> None:
             thread = threading.Thread(target=sched.schedule_once, args=("now", 0, lambda at: None))
             thread.start()
             thread.join(TIMEOUT)
-            assert rows(await seen.wait_for(1)) == [("now", 0, "ok", 0)]
+            assert rows(await seen.wait_for_async(1)) == [("now", 0, "ok", 0)]
 
     run(main)
 
@@ -171,7 +163,7 @@ def test_plain_actions_run_off_the_loop_with_an_executor() -> None:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             async with AsyncRunner(sched, executor=pool, on_outcome=seen):
                 sched.schedule_once("plain", 0, lambda at: threads.append(threading.get_ident()))
-                await seen.wait_for(1)
+                await seen.wait_for_async(1)
         assert threads
         assert threads[0] != loop_thread
 

@@ -155,17 +155,7 @@ class AsyncRunner(Driver):
             self._wake_pending = False
         if self._stopping:
             return
-        clock, scheduler = self._clock, self._scheduler
-        queued = self._executor is not None
-        while not self._stopping:
-            task = scheduler._claim(clock(), queued=queued)
-            if task is None:
-                break
-            self._claimed(queued=queued)
-            if queued:
-                self._hand_off(task)
-            else:
-                self._run_here(task)
+        self._dispatch_due()
         self._arm()
 
     def _arm(self) -> None:

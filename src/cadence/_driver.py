@@ -56,6 +56,30 @@ class Driver:
         self._running = 0
         self._inside = threading.local()  # set while this thread runs one of our actions
 
+    _stopping: bool
+
+    def _dispatch_due(self) -> None:
+        """Claim every run due now; run it here or hand it to the executor. O(k log n)."""
+        clock, scheduler = self._clock, self._scheduler
+        queued = self._executor is not None
+        while not self._stopping:
+            task = scheduler._claim(clock(), queued=queued)
+            if task is None:
+                return
+            self._claimed(queued=queued)
+            if queued:
+                self._hand_off(task)
+            else:
+                self._run_here(task)
+
+    def _hand_off(self, task: Task) -> None:
+        """Give a claimed (queued) run to the executor."""
+        raise NotImplementedError
+
+    def _run_here(self, task: Task) -> None:
+        """Execute a claimed run on the calling thread."""
+        raise NotImplementedError
+
     def stats(self) -> StatsSnapshot:
         """Runs by result, runs in progress and queued, and lag percentiles.
 

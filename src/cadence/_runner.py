@@ -139,17 +139,8 @@ class Runner(Driver):
 
     def _loop(self) -> None:
         clock, scheduler = self._clock, self._scheduler
-        queued = self._executor is not None
         while True:
-            while not self._stopping:
-                task = scheduler._claim(clock(), queued=queued)
-                if task is None:
-                    break
-                self._claimed(queued=queued)
-                if queued:
-                    self._hand_off(task)
-                else:
-                    self._run_here(task)
+            self._dispatch_due()
             with self._cond:
                 if self._stopping:
                     return
