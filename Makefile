@@ -29,9 +29,15 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-bench: $(STAMP)
+$(VENV)/.bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(VENV)/.bench
+
+# Rewrites bench/results/ (tables, JSON, plot): about 20 minutes.
+bench: $(VENV)/.bench
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/realtime.py
+	$(BIN)/python bench/peers.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -388,7 +388,8 @@ class Bench:
         if workload.startswith("W2"):  # filling `size` resident tasks first
             fill = self.per_op(peer, "W1 schedule+drain", 10**9)
             if fill:
-                seconds += fill[1] * size / fill[0] * size / 1e9
+                growth = size / fill[0] if peer in LINEAR_INSERT else 1.0
+                seconds += fill[1] * growth * size / 1e9
         return seconds
 
     def measure(
@@ -494,6 +495,7 @@ def w3(tasks: int, period: float, horizon: float) -> Callable[[Peer], Callable[[
 
 
 LINEAR = ("sched", "APScheduler 3", "schedule")  # peers with O(n) cancel or scan
+LINEAR_INSERT = ("APScheduler 3",)  # peers with O(n) insert
 
 
 def rounds_for(peer: str, rounds: int, resident: int) -> int:
@@ -523,14 +525,21 @@ def w4(resident: int, checks: int) -> Callable[[Peer], Callable[[], int]]:
 
 
 def memory(peers: list[Peer], n: int) -> dict[str, float]:
-    times = random_times(n)
+    """Traced bytes per pending task: each peer with what it needs to cancel by id.
+
+    (sched, asyncio and schedule hand back an event/handle/job that the
+    caller must keep to cancel it; the adapters keep those in a dict by id,
+    as cadence keeps its task table.) Ids and times are made before tracing.
+    """
+    times = [FAR + at for at in random_times(n)]
+    ids = list(range(10**6, 10**6 + n))
     result = {}
     for peer in peers:
         peer.fresh()
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
-        for task_id, at in enumerate(times):
-            peer.add(task_id, FAR + at)
+        for task_id, at in zip(ids, times, strict=True):
+            peer.add(task_id, at)
         after = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
         result[peer.name] = (after - before) / n
@@ -599,9 +608,10 @@ def targets(figures: list[Figure]) -> list[str]:
     return lines
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], only: tuple[str, ...] = (), name: str = "peers") -> None:
+    """Run the workloads for every peer (or those named in ``only``); save as ``name``."""
     quick = "--quick" in argv
-    peers = [cls() for cls in PEERS]
+    peers = [cls() for cls in PEERS if not only or cls.name in only]
     bench = Bench(peers)
     for n in [10**3, 10**4] if quick else [10**3, 10**4, 10**5]:
         bench.measure("W1 schedule+drain", n, w1(n), ops=n)
@@ -619,7 +629,7 @@ def main(argv: list[str]) -> None:
     markdown += "|---|" + "---|" * len(mem) + "\n"
     markdown += "| tracemalloc | " + " | ".join(f"{b:.0f}" for b in mem.values()) + " |\n"
     realtime = results / "realtime.md"
-    if realtime.exists():
+    if realtime.exists() and not only:
         markdown += "\nReal-time lag of the runners (from `bench/realtime.py`):\n\n"
         markdown += realtime.read_text().split("\n\n", 2)[-1]
     markdown += "\n\nHow each peer is driven:\n\n" + "\n".join(
@@ -632,9 +642,10 @@ def main(argv: list[str]) -> None:
     if "--no-save" not in argv and not quick:
         extra = {"bytes_per_pending_task": mem, "notes": bench.notes,
                  "how": {p.name: p.how for p in peers}}  # fmt: skip
-        save("peers", "python bench/peers.py", bench.figures, extra, markdown)
-        plot(bench.figures, results / "w2_cancel.png")
-        print(json.dumps({"plot": str(results / "w2_cancel.png")}), file=sys.stderr)
+        save(name, f"python bench/{name}.py", bench.figures, extra, markdown)
+        if not only:
+            plot(bench.figures, results / "w2_cancel.png")
+            print(json.dumps({"plot": str(results / "w2_cancel.png")}), file=sys.stderr)
 
 
 if __name__ == "__main__":

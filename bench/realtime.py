@@ -48,46 +48,41 @@ def spread(n: int, span: float, seed: int) -> list[float]:
     return sorted(rng.random() * span for _ in range(n))
 
 
-def cadence_runner(offsets: list[float]) -> list[float]:
+def cadence_timers(
+    offsets: list[float], done: Callable[[], object]
+) -> tuple[Scheduler, list[float]]:
+    """A scheduler with one timer per offset (from LEAD s on); ``done()`` after the last run."""
     s = Scheduler(clock=time.monotonic)
     lags: list[float] = []
-    done = threading.Event()
-    n = len(offsets)
 
     def action(at: float) -> None:
         lags.append(time.monotonic() - at)
-        if len(lags) == n:
-            done.set()
+        if len(lags) == len(offsets):
+            done()
 
     base = time.monotonic() + LEAD
     for i, offset in enumerate(offsets):
         s.schedule_once(i, base + offset - time.monotonic(), action)
+    return s, lags
+
+
+def cadence_runner(offsets: list[float]) -> list[float]:
+    finished = threading.Event()
+    s, lags = cadence_timers(offsets, finished.set)
     with Runner(s):
-        assert done.wait(WAIT)
+        assert finished.wait(WAIT)
     return lags
 
 
 def cadence_async(offsets: list[float]) -> list[float]:
-    lags: list[float] = []
-    n = len(offsets)
-
-    async def main() -> None:
-        s = Scheduler(clock=time.monotonic)
-        done = asyncio.Event()
-
-        def action(at: float) -> None:
-            lags.append(time.monotonic() - at)
-            if len(lags) == n:
-                done.set()
-
-        base = time.monotonic() + LEAD
-        for i, offset in enumerate(offsets):
-            s.schedule_once(i, base + offset - time.monotonic(), action)
+    async def main() -> list[float]:
+        finished = asyncio.Event()
+        s, lags = cadence_timers(offsets, finished.set)
         async with AsyncRunner(s):
-            await asyncio.wait_for(done.wait(), WAIT)
+            await asyncio.wait_for(finished.wait(), WAIT)
+        return lags
 
-    asyncio.run(main())
-    return lags
+    return asyncio.run(main())
 
 
 def asyncio_call_at(offsets: list[float]) -> list[float]:

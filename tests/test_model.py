@@ -2,10 +2,11 @@
 
 The oracle keeps pending runs in a plain list and scans it for the minimum
 (time, seq); it re-states the contract's rules directly. Hypothesis drives
-both with the same operations: schedule (one-off and fixed-rate), cancel,
-clock moves, and ticks with ``now`` going forward and back; actions fail and
-cancel themselves by drawn patterns. Every outcome, status and next_run_time
-must agree, and the engine's invariants must hold after every step.
+both with the same operations: schedule (one-off and fixed-rate, with a
+priority), cancel, pause, resume, clock moves, and ticks with ``now`` going
+forward and back; actions fail and cancel themselves by drawn patterns.
+Every outcome, status, pause flag and next_run_time must agree, and the
+engine's invariants must hold after every step.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cadence import ManualClock, Scheduler
 
 IDS = st.sampled_from(["a", "b", "c", 1, 2])
 PATTERN = st.lists(st.booleans(), min_size=1, max_size=4)
+PRIORITY = st.sampled_from([0, 0, -1, 1])
 
 
 @dataclass
@@ -46,6 +48,8 @@ class OracleTask:
     first: int = 0
     slot: int = 0
     attempt: int = 0
+    priority: int = 0
+    held: tuple[int, int] | None = None  # (at, attempt) of a paused task's next run
 
 
 @dataclass
@@ -54,11 +58,11 @@ class Oracle:
 
     backoff: int
     tasks: dict[Any, OracleTask] = field(default_factory=dict)
-    pending: list[tuple[int, int, Any]] = field(default_factory=list)
+    pending: list[tuple[int, int, int, Any]] = field(default_factory=list)  # at, prio, seq, id
     seq: int = 0
 
     def push(self, at: int, task_id: Any) -> None:
-        self.pending.append((at, self.seq, task_id))
+        self.pending.append((at, self.tasks[task_id].priority, self.seq, task_id))
         self.seq += 1
 
     def add(self, task_id: Any, at: int, task: OracleTask) -> bool:
@@ -74,11 +78,29 @@ class Oracle:
         if task is None or task.status not in ("scheduled", "running"):
             return False
         task.status = "cancelled"
-        self.pending = [e for e in self.pending if e[2] != task_id]
+        task.held = None
+        self.pending = [e for e in self.pending if e[3] != task_id]
+        return True
+
+    def pause(self, task_id: Any) -> bool:
+        task = self.tasks.get(task_id)
+        if task is None or task.status != "scheduled" or task.held is not None:
+            return False
+        (entry,) = [e for e in self.pending if e[3] == task_id]
+        self.pending.remove(entry)
+        task.held = (entry[0], 0)
+        return True
+
+    def resume(self, task_id: Any) -> bool:
+        task = self.tasks.get(task_id)
+        if task is None or task.held is None:
+            return False
+        self.push(task.held[0], task_id)
+        task.held = None
         return True
 
     def next_run_time(self) -> int | None:
-        return min(self.pending)[0] if self.pending else None
+        return min(self.pending)[0] if self.pending else None  # held runs are not queued
 
     def tick(self, now: int) -> list[tuple[Any, int, str, int]]:
         out: list[tuple[Any, int, str, int]] = []
@@ -88,7 +110,7 @@ class Oracle:
                 return out
             entry = min(due)
             self.pending.remove(entry)
-            at, _, task_id = entry
+            at, _, _, task_id = entry
             task = self.tasks[task_id]
             task.status = "running"
             fails, cancels = task.behaviour.next()
@@ -136,18 +158,27 @@ class SchedulerVsOracle(RuleBasedStateMachine):
         return action
 
     @rule(task_id=IDS, delay=st.integers(0, 30), retries=st.integers(0, 3),
-          fails=PATTERN, cancels=PATTERN)  # fmt: skip
+          fails=PATTERN, cancels=PATTERN, priority=PRIORITY)  # fmt: skip
     def schedule_once(
-        self, task_id: Any, delay: int, retries: int, fails: list[bool], cancels: list[bool]
+        self,
+        task_id: Any,
+        delay: int,
+        retries: int,
+        fails: list[bool],
+        cancels: list[bool],
+        priority: int,
     ) -> None:
         real, model = Behaviour(fails, cancels), Behaviour(fails, cancels)
         at = self.now + delay
-        expected = self.oracle.add(task_id, at, OracleTask("scheduled", retries, model))
-        got = self.sched.schedule_once(task_id, delay, self._action(task_id, real), retries)
+        task = OracleTask("scheduled", retries, model, priority=priority)
+        expected = self.oracle.add(task_id, at, task)
+        action = self._action(task_id, real)
+        got = self.sched.schedule_once(task_id, delay, action, retries, priority=priority)
         assert got == expected
 
     @rule(task_id=IDS, delay=st.integers(0, 30), period=st.integers(1, 15),
-          retries=st.integers(0, 3), fails=PATTERN, cancels=PATTERN)  # fmt: skip
+          retries=st.integers(0, 3), fails=PATTERN, cancels=PATTERN,
+          priority=PRIORITY)  # fmt: skip
     def schedule_at_fixed_rate(
         self,
         task_id: Any,
@@ -156,18 +187,31 @@ class SchedulerVsOracle(RuleBasedStateMachine):
         retries: int,
         fails: list[bool],
         cancels: list[bool],
+        priority: int,
     ) -> None:
         real, model = Behaviour(fails, cancels), Behaviour(fails, cancels)
         first = self.now + delay
-        task = OracleTask("scheduled", retries, model, period=period, first=first)
+        task = OracleTask(
+            "scheduled", retries, model, period=period, first=first, priority=priority
+        )
         expected = self.oracle.add(task_id, first, task)
         action = self._action(task_id, real)
-        got = self.sched.schedule_at_fixed_rate(task_id, delay, period, action, retries)
+        got = self.sched.schedule_at_fixed_rate(
+            task_id, delay, period, action, retries, priority=priority
+        )
         assert got == expected
 
     @rule(task_id=IDS)
     def cancel(self, task_id: Any) -> None:
         assert self.sched.cancel(task_id) == self.oracle.cancel(task_id)
+
+    @rule(task_id=IDS)
+    def pause(self, task_id: Any) -> None:
+        assert self.sched.pause(task_id) == self.oracle.pause(task_id)
+
+    @rule(task_id=IDS)
+    def resume(self, task_id: Any) -> None:
+        assert self.sched.resume(task_id) == self.oracle.resume(task_id)
 
     @rule(delta=st.integers(0, 20))
     def advance(self, delta: int) -> None:
@@ -185,6 +229,7 @@ class SchedulerVsOracle(RuleBasedStateMachine):
         assert self.sched.next_run_time() == self.oracle.next_run_time()
         for task_id, task in self.oracle.tasks.items():
             assert self.sched.status(task_id) == task.status, task_id
+            assert self.sched.is_paused(task_id) == (task.held is not None), task_id
         self.sched._engine._check()
 
 
