@@ -73,6 +73,8 @@ def test_start_twice_is_refused_and_stop_is_idempotent(sched: Scheduler) -> None
     runner = Runner(sched)
     assert not runner.is_running
     assert runner.stop() is True  # never started: nothing to wait for
+    with pytest.raises(RuntimeError, match="already started or stopped"):
+        runner.start()
     runner = Runner(sched)
     runner.start()
     with pytest.raises(RuntimeError, match="already started"):

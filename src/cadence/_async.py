@@ -88,11 +88,11 @@ class AsyncRunner(Driver):
     def start(self) -> None:
         """Start dispatching on the running loop. O(1).
 
-        Raises ``RuntimeError`` outside a running loop, or if started before.
+        Raises ``RuntimeError`` outside a running loop, or if started (or stopped) before.
         """
         loop = asyncio.get_running_loop()
-        if self._loop is not None:
-            raise RuntimeError("this AsyncRunner was already started; create a new one")
+        if self._loop is not None or self._stopping:
+            raise RuntimeError("this AsyncRunner was already started or stopped; create a new one")
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))

@@ -88,11 +88,11 @@ class Runner(Driver):
     def start(self) -> None:
         """Start the dispatcher thread. O(1).
 
-        Raises ``RuntimeError`` if this runner was started before.
+        Raises ``RuntimeError`` if this runner was started (or stopped) before.
         """
         with self._cond:
-            if self._thread is not None:
-                raise RuntimeError("this Runner was already started; create a new one")
+            if self._thread is not None or self._stopping:
+                raise RuntimeError("this Runner was already started or stopped; create a new one")
             self._thread = threading.Thread(target=self._loop, name="cadence-runner", daemon=True)
         self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))
         if self._virtual:
