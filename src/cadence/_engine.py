@@ -154,7 +154,8 @@ class Engine:
         """
         if task_id in self._tasks:
             return False
-        self._history.pop(task_id, None)
+        if task_id in self._history:  # cheaper than pop(task_id, None) when absent
+            del self._history[task_id]
         # Built field by field: a third cheaper than an __init__ call, on the hot path.
         task = Task.__new__(Task)
         task.action = action
