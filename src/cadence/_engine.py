@@ -337,16 +337,20 @@ class Engine:
             if attempt:
                 task.attempt = 0
                 plan.last_delay = None
-            if plan.backlog:
-                nxt: Time | None = plan.backlog.popleft()
-            elif plan.cursor is None:
+            backlog, cursor = plan.backlog, plan.cursor
+            if backlog:
+                nxt: Time | None = backlog.popleft()
+            elif cursor is None:
                 nxt = None
             else:
-                nxt = plan.cursor.next(finished)
+                nxt = cursor.next(finished)
             if nxt is None:
                 self._finish(task, DONE if error is None else FAILED)
-            else:
-                self._requeue(task, nxt)
+            elif plan.paused:
+                self._requeue(task, nxt)  # parks it
+            else:  # the recurring hot path: _requeue, inlined
+                move(task, SCHEDULED)
+                task.entry = self._queue.push(nxt, entry[2], plan.priority)
         except Exception as exc:  # a policy failed: the task cannot go on
             exc.add_note(f"cadence: a policy of task {entry[2]!r} raised; the task failed")
             result, error = Result.FAILED, exc
