@@ -318,11 +318,7 @@ class Engine:
             if error is None:
                 result = OK
             elif attempt < plan.max_retries and isinstance(error, Exception):
-                policy = plan.retry or self._retry
-                if policy is None:
-                    delay: Time | None = self._backoff * 2**attempt
-                else:
-                    delay = policy.delay(attempt + 1, plan.last_delay)
+                delay = self._retry_delay(plan, attempt)
                 if delay is not None:
                     plan.last_delay = delay
                     task.attempt = attempt + 1
@@ -357,6 +353,14 @@ class Engine:
             if task.status is RUNNING:
                 self._finish(task, FAILED)
         return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, skipped))
+
+    def _retry_delay(self, plan: Plan, attempt: int) -> Time | None:
+        """The delay before retry ``attempt + 1``, by the task's or the default policy."""
+        policy = plan.retry or self._retry
+        if policy is None:
+            delay: Time = self._backoff * 2**attempt
+            return delay
+        return policy.delay(attempt + 1, plan.last_delay)
 
     def _misfire(self, task: Task, plan: Plan, now: Time) -> bool:
         """Decide a late run (``at < now``) of a task with a bounded misfire policy.
