@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness import machine
+
 N = 20_000
 WORKLOAD = r"""
 import gc, random, sys
@@ -96,8 +98,11 @@ def main(argv: list[str]) -> None:
             a, b = ((counts[s][which] - counts[s][base]) for s in srcs)
             cells[-1] += f" ({100 * (b - a) / a:+.1f} %)"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    print("instructions per operation (callgrind, PYTHONHASHSEED=0)")
-    print("\n".join(lines))
+    text = "instructions per operation (callgrind, PYTHONHASHSEED=0)\n\n" + "\n".join(lines)
+    print(text)
+    out = Path(__file__).parent / "results" / "instructions.md"
+    command = "python bench/instructions.py " + " ".join(argv)
+    out.write_text(f"Command: `{command}`\n\nMachine: {machine()}\n\n{text}\n")
 
 
 if __name__ == "__main__":

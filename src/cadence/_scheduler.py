@@ -403,18 +403,18 @@ class Scheduler:
             lock.release()
         while task is not None:
             error = self._call(task)
-            stop = error is not None and fatal(error)
+            if error is not None and fatal(error):  # recorded, then it propagates
+                self._complete(task, error, now, now)
+                raise error
             lock.acquire()
             try:
                 outcomes.append(engine.complete(task, error, now, now))
                 head = engine.next_time() if self._listeners else None
-                task = None if stop else engine.claim(now)
+                task = engine.claim(now)
             finally:
                 lock.release()
             if head is not None:
                 self._wake(head)
-            if stop:
-                raise error
         return outcomes
 
     def _claim(self, now: Time, *, queued: bool = False) -> Task | None:
