@@ -148,3 +148,28 @@ def test_history_is_bounded_and_forgets_the_oldest_first() -> None:
     expected = [gone, done, done, gone, done, done, gone, done]
     assert [sched.status(i) for i in range(12, 20)] == expected
     sched._engine._check()
+
+
+def test_compaction_during_pause_and_reschedule_keeps_the_counts_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cadence import FixedRate, Once
+
+    monkeypatch.setattr(_queue, "STALE_SLACK", 0)
+    sched = Scheduler(clock=ManualClock(0))
+    for i in range(6):
+        sched.schedule_once(i, 10 + i, lambda at: None)
+    for round_ in range(20):
+        task_id = round_ % 6
+        sched.pause(task_id)
+        sched._engine._check()
+        sched.resume(task_id)
+        sched._engine._check()
+        sched.reschedule(task_id, Once(at=5 + round_))
+        sched._engine._check()
+        sched.reschedule(task_id, FixedRate(3, start=7))
+        sched._engine._check()
+        sched.cancel(task_id)
+        sched._engine._check()
+        sched.schedule_once(task_id, 10, lambda at: None)
+        sched._engine._check()

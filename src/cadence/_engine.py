@@ -198,9 +198,9 @@ class Engine:
         task = self._tasks.get(task_id)
         if task is None or self.is_paused(task_id):
             return False
-        if task.status is SCHEDULED:
-            self._queue.discard()
+        if task.status is SCHEDULED:  # park it: the queued entry goes stale
             task.entry = (task.entry[0], -1, task.entry[2])
+            self._queue.discard()  # after the entry changed: a compaction must see it stale
         _plan(task).paused = True
         return True
 
@@ -243,8 +243,8 @@ class Engine:
         if plan.paused:
             task.entry = (at, -1, task_id)
         else:
-            self._queue.discard()
             task.entry = self._queue.push(at, task_id, plan.priority)
+            self._queue.discard()  # the old entry; after the change, as in pause
         return True
 
     def claim(self, now: Time, *, queued: bool = False) -> Task | None:
