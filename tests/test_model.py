@@ -142,6 +142,7 @@ class SchedulerVsOracle(RuleBasedStateMachine):
         self.clock = ManualClock(1000)
         self.now = 1000  # the clock as an int, for the oracle
         self.sched = Scheduler(clock=self.clock, backoff=3)
+        self.sched._engine._queue._slack = 1  # compaction happens within a few steps
         self.oracle = Oracle(backoff=3)
         self.behaviours: dict[Any, Behaviour] = {}
 
