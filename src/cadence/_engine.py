@@ -81,12 +81,11 @@ class Task:
     outside the queue, so it cannot be claimed.
     """
 
-    __slots__ = ("action", "attempt", "entry", "plan", "status")
+    __slots__ = ("action", "entry", "plan", "status")
 
     action: Action
     status: Status
     entry: Entry
-    attempt: int
     plan: Plan | None
 
     @property
@@ -98,6 +97,11 @@ class Task:
     def at(self) -> Time:
         """The scheduled time of the task's current run."""
         return self.entry[0]
+
+    @property
+    def attempt(self) -> int:
+        """0 for a slot's first run, r for its r-th retry."""
+        return 0 if self.plan is None else self.plan.attempt
 
     @property
     def parked(self) -> bool:
@@ -160,7 +164,6 @@ class Engine:
         task = Task.__new__(Task)
         task.action = action
         task.status = SCHEDULED
-        task.attempt = 0
         task.plan = plan
         if plan is None:
             task.entry = self._queue.push(at, task_id)
@@ -239,7 +242,7 @@ class Engine:
         if task.status is not SCHEDULED:  # queued or running: the next run is the new one
             plan.backlog = deque([at])
             return True
-        task.attempt = 0
+        plan.attempt = 0
         if plan.paused:
             task.entry = (at, -1, task_id)
         else:
@@ -298,13 +301,13 @@ class Engine:
         """
         entry = task.entry
         at = entry[0]
-        attempt = task.attempt
         plan = task.plan
         if plan is None:  # the contract's defaults: no retries, one run
             result = OK if error is None else Result.FAILED
             if task.status is not CANCELLED:
                 self._finish(task, DONE if error is None else FAILED)
-            return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, 0))
+            return _new_outcome(RunOutcome, (entry[2], at, result, error, 0, started, 0))
+        attempt = plan.attempt
         skipped = plan.skipped
         if skipped:
             plan.skipped = 0
@@ -321,7 +324,7 @@ class Engine:
                 delay = self._retry_delay(plan, attempt)
                 if delay is not None:
                     plan.last_delay = delay
-                    task.attempt = attempt + 1
+                    plan.attempt = attempt + 1
                     self._requeue(task, at + delay)
                     return _new_outcome(
                         RunOutcome, (entry[2], at, RETRY, error, attempt, started, skipped)
@@ -331,7 +334,7 @@ class Engine:
                 result = Result.FAILED
             # The slot is over: its next run comes from the backlog or the schedule.
             if attempt:
-                task.attempt = 0
+                plan.attempt = 0
                 plan.last_delay = None
             backlog, cursor = plan.backlog, plan.cursor
             if backlog:

@@ -64,6 +64,7 @@ class Plan:
     """
 
     __slots__ = (
+        "attempt",
         "backlog",
         "cursor",
         "last_delay",
@@ -90,5 +91,6 @@ class Plan:
         self.priority = priority
         self.paused = False  # paused while running: park the next run when it completes
         self.backlog: deque[Time] | None = None  # runs decided on, before the cursor's next
+        self.attempt = 0  # retries used by the current slot (a task without a plan never retries)
         self.skipped = 0  # slots skipped by the misfire policy, to report on the next run
         self.last_delay: Time | None = None  # the previous retry delay of this slot
