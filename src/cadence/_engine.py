@@ -94,16 +94,6 @@ class Task:
         return self.entry[2]
 
     @property
-    def at(self) -> Time:
-        """The scheduled time of the task's current run."""
-        return self.entry[0]
-
-    @property
-    def attempt(self) -> int:
-        """0 for a slot's first run, r for its r-th retry."""
-        return 0 if self.plan is None else self.plan.attempt
-
-    @property
     def parked(self) -> bool:
         """Scheduled but paused: its run is held outside the queue."""
         return self.status is SCHEDULED and self.plan is not None and self.plan.paused

@@ -85,13 +85,13 @@ class Scheduler:
     a ``backoff`` that is not > 0 and finite.
     """
 
-    __slots__ = ("_backoff", "_clock", "_engine", "_listeners", "_lock")
+    __slots__ = ("_clock", "_engine", "_listeners", "_lock")
 
     def __init__(
         self, clock: Clock = time.monotonic, backoff: Time = 1, *, retry: RetryPolicy | None = None
     ) -> None:
         self._clock = _validate.callable_("clock", clock)
-        self._backoff = _validate.positive("backoff", backoff)
+        _validate.positive("backoff", backoff)
         _check_retry(retry)
         self._engine = Engine(backoff, retry)
         self._lock = threading.Lock()
