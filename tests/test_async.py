@@ -187,7 +187,7 @@ def test_start_needs_a_running_loop_and_happens_once() -> None:
 
 
 def test_bad_shutdown_timeout_is_refused() -> None:
-    with pytest.raises(ValueError, match="shutdown_timeout must be a number >= 0, got -1"):
+    with pytest.raises(ValueError, match="shutdown_timeout must be a finite number >= 0, got -1"):
         AsyncRunner(Scheduler(), shutdown_timeout=-1)
 
 

@@ -5,15 +5,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import math
 import threading
 from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any
 
-from ._driver import Driver, OnOutcome, logger
+from ._driver import CLOCK_RETRY, Driver, OnOutcome, logger
 from ._engine import Task
-from ._scheduler import Scheduler, fatal
+from ._scheduler import Scheduler
 from ._types import Time
+
+CANCEL_GRACE = 1.0
+"""Real seconds a coroutine cancelled at shutdown has to unwind; one that
+ignores the cancellation is then abandoned (its run reported as failed)."""
 
 
 class AsyncRunner(Driver):
@@ -38,11 +43,22 @@ class AsyncRunner(Driver):
     logged at WARNING (logger ``cadence``). ``shutdown_timeout`` (real
     seconds) bounds how long exiting waits for runs in progress before
     cancelling the coroutines among them (a cancelled run is reported as
-    ``failed`` with ``CancelledError``; a thread cannot be cancelled).
+    ``failed`` with ``CancelledError``; a thread cannot be cancelled). A
+    coroutine that ignores its cancellation for :data:`CANCEL_GRACE` more
+    seconds is abandoned: its run is reported failed then, and whatever it
+    does later is not reported again. So exiting takes at most
+    ``shutdown_timeout + CANCEL_GRACE``, except for plain actions already
+    running on worker threads.
+
+    Faults are handled as by :class:`~cadence.Runner`: a fatal
+    ``BaseException`` from an action (plain or ``async def``) or a policy is
+    recorded as its run's failure, logged, and stops the runner, and
+    :meth:`stop` (so the end of ``async with``) re-raises it.
 
     Raises ``TypeError`` for a ``scheduler`` that is not a Scheduler, an
-    ``executor`` that is not an Executor, or a non-callable ``on_outcome``,
-    ``ValueError`` for a negative ``shutdown_timeout``.
+    ``executor`` that is not an Executor, a non-callable ``on_outcome`` or a
+    non-number ``shutdown_timeout``; ``ValueError`` for a negative or
+    infinite ``shutdown_timeout``.
     """
 
     def __init__(
@@ -54,17 +70,21 @@ class AsyncRunner(Driver):
         shutdown_timeout: float = 10.0,
     ) -> None:
         super().__init__(scheduler, executor, on_outcome)
-        if not isinstance(shutdown_timeout, int | float) or not shutdown_timeout >= 0:
-            raise ValueError(f"shutdown_timeout must be a number >= 0, got {shutdown_timeout!r}")
+        if not isinstance(shutdown_timeout, int | float) or isinstance(shutdown_timeout, bool):
+            raise TypeError(f"shutdown_timeout must be a number, got {shutdown_timeout!r}")
+        if not 0 <= shutdown_timeout < math.inf:
+            raise ValueError(
+                f"shutdown_timeout must be a finite number >= 0, got {shutdown_timeout!r}"
+            )
         self._shutdown_timeout = float(shutdown_timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._timer: asyncio.TimerHandle | None = None
         self._wake_lock = threading.Lock()
         self._wake_pending = False
-        self._stopping = False
         self._drop_queued = False
         self._runs: set[asyncio.Future[Any]] = set()
+        self._abandoned: set[asyncio.Future[Any]] = set()
         self._unsubscribe: list[Any] = []
         self._virtual = hasattr(self._clock, "on_change")
 
@@ -82,17 +102,21 @@ class AsyncRunner(Driver):
 
     @property
     def is_running(self) -> bool:
-        """True between :meth:`start` and :meth:`stop`."""
-        return self._loop is not None and not self._stopping
+        """True from :meth:`start` to :meth:`stop` (or a fatal error), while its loop is open."""
+        loop = self._loop
+        return loop is not None and not self._stopping and not loop.is_closed()
 
     def start(self) -> None:
         """Start dispatching on the running loop. O(1).
 
-        Raises ``RuntimeError`` outside a running loop, or if started (or stopped) before.
+        Raises ``RuntimeError`` outside a running loop, or if started (or
+        stopped) before; what the clock raises (or ``TypeError``/``ValueError``
+        for a reading that is not a finite number), before anything starts.
         """
         loop = asyncio.get_running_loop()
         if self._loop is not None or self._stopping:
             raise RuntimeError("this AsyncRunner was already started or stopped; create a new one")
+        self._first_reading()
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))
@@ -103,31 +127,58 @@ class AsyncRunner(Driver):
     async def stop(self, timeout: float | None = None) -> bool:
         """Stop dispatching and await the runs in progress.
 
-        Waits up to ``timeout`` real seconds (default: ``shutdown_timeout``),
-        then cancels the coroutines still running and awaits their ends.
-        Idempotent. Returns ``True`` if every run finished by itself.
+        Waits up to ``timeout`` real seconds (default: ``shutdown_timeout``)
+        for every run, including coroutines that worker threads hand back
+        meanwhile; then cancels the coroutines still running and gives them
+        :data:`CANCEL_GRACE` seconds to end, abandoning (and reporting as
+        failed) any that ignore it. Runs still queued in the executor will not
+        start. Idempotent. Returns ``True`` if every run finished by itself.
+
+        Raises the fatal error that stopped the runner, if one did (once).
         """
-        self._stopping = True
+        self._halt()
         while self._unsubscribe:
             self._unsubscribe.pop()()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        runs = {run for run in self._runs if run is not asyncio.current_task()}
-        if not runs:
-            return True
-        wait = self._shutdown_timeout if timeout is None else timeout
-        _, pending = await asyncio.wait(runs, timeout=wait)
-        if not pending:
-            return True
-        # Coroutines are cancelled (reported as failed); runs still queued in the
-        # executor will not start; a worker thread already running cannot be stopped.
-        self._drop_queued = True
-        coroutines = [run for run in pending if isinstance(run, asyncio.Task)]
-        for run in coroutines:
-            run.cancel()
-        await asyncio.gather(*coroutines, return_exceptions=True)
-        return False
+        finished = await self._await_runs(self._shutdown_timeout if timeout is None else timeout)
+        if not finished:
+            # Coroutines are cancelled (reported as failed); runs still queued in the
+            # executor will not start; a worker thread already running cannot be stopped.
+            self._drop_queued = True
+            coroutines = [run for run in self._others() if isinstance(run, asyncio.Task)]
+            for run in coroutines:
+                run.cancel()
+            if coroutines:
+                _, ignoring = await asyncio.wait(coroutines, timeout=CANCEL_GRACE)
+                for run in ignoring:
+                    self._abandon_coroutine(run)
+        self._raise_fatal()
+        return finished
+
+    def _others(self) -> set[asyncio.Future[Any]]:
+        """The runs in progress but the caller's own."""
+        return {run for run in self._runs if run is not asyncio.current_task()}
+
+    async def _await_runs(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for every run, also those added while waiting."""
+        assert self._loop is not None
+        deadline = self._loop.time() + timeout
+        while runs := self._others():
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                return False
+            await asyncio.wait(runs, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        return True
+
+    def _abandon_coroutine(self, run: asyncio.Future[Any]) -> None:
+        """Report a coroutine run that ignored its cancellation, once, as failed."""
+        task: Task = getattr(run, "cadence_task")  # noqa: B009 - set by _await
+        logger.error("the run of task %r ignored its cancellation; abandoned", task.task_id)
+        self._runs.discard(run)
+        self._abandoned.add(run)
+        self._complete(task, asyncio.CancelledError("abandoned at shutdown"), self._now())
 
     # -- waking ------------------------------------------------------------
 
@@ -164,9 +215,18 @@ class AsyncRunner(Driver):
             self._timer.cancel()
             self._timer = None
         head = self._scheduler.next_run_time()
-        if head is None or self._stopping:
+        if self._stopping:
             return
-        delay = head - self._clock()
+        if self._clock_failed:  # read it again in a while
+            self._clock_failed = False
+            self._timer = self._loop.call_later(CLOCK_RETRY, self._dispatch)
+            return
+        if head is None:
+            return
+        delay = head - self._now()
+        if self._clock_failed:
+            self._clock_failed = False
+            delay = CLOCK_RETRY
         if delay <= 0:
             self._wake()
         elif not self._virtual:
@@ -175,17 +235,18 @@ class AsyncRunner(Driver):
     # -- running -------------------------------------------------------------
 
     def _run_here(self, task: Task) -> None:
-        result, started = self._execute(task, awaitables=True)
-        if result is None or isinstance(result, BaseException):
-            self._complete(task, result, started)
-            if result is not None and fatal(result):
-                raise result
-        else:
-            self._await(task, result, started)
+        handed = self._process(task, awaitables=True)
+        if handed is not None:
+            self._await(task, *handed)
 
     def _await(self, task: Task, awaitable: Awaitable[Any], started: Time) -> None:
         assert self._loop is not None
-        run = asyncio.ensure_future(self._finish(task, awaitable, started), loop=self._loop)
+        try:
+            run = asyncio.ensure_future(self._finish(task, awaitable, started), loop=self._loop)
+        except BaseException as exc:  # cannot even be wrapped: that is the run's failure
+            self._complete(task, exc, started)
+            return
+        run.cadence_task = task  # type: ignore[attr-defined]
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
 
@@ -193,28 +254,34 @@ class AsyncRunner(Driver):
         error: BaseException | None = None
         try:
             await awaitable
-        except BaseException as exc:  # the run's failure; reported, not re-raised
+        except BaseException as exc:  # the run's failure; reported (fatal: stops the runner)
             error = exc
+        current = asyncio.current_task()
+        if current in self._abandoned:  # reported already, when it was abandoned
+            self._abandoned.discard(current)
+            return
         self._complete(task, error, started)
 
     def _hand_off(self, task: Task) -> None:
         assert self._loop is not None
         assert self._executor is not None
+        ran = [False]  # set by the worker: a future that ends without it never ran the run
         try:
-            run = self._loop.run_in_executor(self._executor, self._work, task)
+            run = self._loop.run_in_executor(self._executor, self._work, task, ran)
         except Exception as exc:  # e.g. RuntimeError: cannot schedule after shutdown
             logger.error("executor refused task %r: %r", task.task_id, exc)
             self._abandon(task, exc)
             return
         self._runs.add(run)
-        run.add_done_callback(self._worked)
+        run.add_done_callback(lambda done: self._worked(done, task, ran))
 
-    def _work(self, task: Task) -> tuple[Task, Awaitable[Any], Time] | None:
+    def _work(self, task: Task, ran: list[bool]) -> tuple[Task, Awaitable[Any], Time] | None:
         """On a worker thread: run a handed-over run, completing it here.
 
         Returns the awaitable (with its task and start) for the loop to await
         when the action turns out to be a coroutine function.
         """
+        ran[0] = True
         if self._drop_queued:  # stopped and timed out: queued runs do not start
             self._abandon(task, asyncio.CancelledError(f"run of {task.task_id!r}"))
             return None
@@ -222,16 +289,18 @@ class AsyncRunner(Driver):
             self._finished(was_running=False)
             return None
         self._started()
-        result, started = self._execute(task, awaitables=True)
-        if result is None or isinstance(result, BaseException):
-            self._complete(task, result, started)
-            if result is not None and fatal(result):
-                raise result
-            return None
-        return task, result, started
+        handed = self._process(task, awaitables=True)
+        return None if handed is None else (task, *handed)
 
-    def _worked(self, run: asyncio.Future[Any]) -> None:
-        """Back on the loop: await the coroutine a worker's action returned, if any."""
-        self._runs.discard(run)
-        if not run.cancelled() and run.exception() is None and run.result() is not None:
+    def _worked(self, run: asyncio.Future[Any], task: Task, ran: list[bool]) -> None:
+        """Back on the loop: await the coroutine a worker's action returned, if any;
+        fail the run if the executor ended it without running it."""
+        if not ran[0]:
+            error = (run.exception() if not run.cancelled() else None) or asyncio.CancelledError(
+                f"run of {task.task_id!r} dropped by the executor"
+            )
+            logger.error("executor did not run task %r: %r", task.task_id, error)
+            self._abandon(task, error)
+        elif not run.cancelled() and run.exception() is None and run.result() is not None:
             self._await(*run.result())
+        self._runs.discard(run)

@@ -2,14 +2,28 @@
 
 A driver turns the engine's primitives into real-time execution. Both the
 thread :class:`~cadence.Runner` and the :class:`~cadence.AsyncRunner` claim
-due runs from their scheduler, execute them with :meth:`Driver._execute` (the
-clock is read as ``started``, the action called through the scheduler's one
-call site, the run completed) and report each outcome with
-:meth:`Driver._report`: stats, log, then ``on_outcome``, outside every lock.
+due runs from their scheduler (:meth:`Driver._dispatch_due`), execute them
+with :meth:`Driver._execute` (the clock read as ``started``, the action called
+through the scheduler's one call site), complete them with
+:meth:`Driver._complete`, and report each outcome with :meth:`Driver._report`:
+stats, log, then ``on_outcome``, outside every lock.
+
+Rules every driver keeps (``docs/design.md`` has the full table):
+
+* A claimed run is always completed and reported exactly once, whatever
+  raises on the way (action, policy, clock, executor, ``on_outcome``).
+* The clock is read through :meth:`Driver._now`: a reading that raises or is
+  not a finite number is logged and replaced by the last good one, and the
+  dispatcher retries after :data:`CLOCK_RETRY` seconds.
+* A fatal error (a ``BaseException`` that is not an ``Exception``, other than
+  asyncio's ``CancelledError``) from an action or a policy is recorded as its
+  run's failure, logged at ERROR, and stops the runner: no run is claimed
+  after it, and the runner's ``stop()`` re-raises it to its caller.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import threading
@@ -18,13 +32,25 @@ from typing import Any
 
 from . import _validate
 from ._engine import Task
-from ._scheduler import Scheduler
+from ._scheduler import Scheduler, fatal
 from ._stats import Stats, StatsSnapshot
 from ._types import Result, RunOutcome, Time
+from ._validate import LIMIT, time_from
 
 logger = logging.getLogger("cadence")
 
 OnOutcome = Callable[[RunOutcome], object]
+
+CLOCK_RETRY = 1.0
+"""Real seconds a dispatcher waits before reading a clock that just failed again:
+long enough not to spin or flood the log, short enough to recover promptly."""
+
+_PLAIN = frozenset({int, float})
+
+
+def is_fatal(error: BaseException | None) -> bool:
+    """True for an error that stops a runner: see the module docstring. O(1)."""
+    return error is not None and fatal(error) and not isinstance(error, asyncio.CancelledError)
 
 
 class Driver:
@@ -43,6 +69,12 @@ class Driver:
             raise TypeError(
                 f"executor must be a concurrent.futures.Executor or None, got {executor!r}"
             )
+        if isinstance(executor, concurrent.futures.ProcessPoolExecutor):
+            raise TypeError(
+                "executor must run work in this process (e.g. a ThreadPoolExecutor): runs "
+                "complete on the worker, so a ProcessPoolExecutor cannot serve; call a process "
+                f"pool from inside the action instead, got {executor!r}"
+            )
         if on_outcome is not None:
             _validate.callable_("on_outcome", on_outcome)
         self._scheduler = scheduler
@@ -54,19 +86,53 @@ class Driver:
         self._flight = threading.Condition(threading.Lock())
         self._queued = 0
         self._running = 0
-        self._inside = threading.local()  # set while this thread runs one of our actions
+        self._inside = threading.local()  # set while this thread processes one of our runs
+        # Claims and the stop flag change under the gate: after stop() no run is claimed.
+        self._gate = threading.Lock()
+        self._stopping = False
+        self._fatal: BaseException | None = None
+        self._last_now: Time = 0
+        self._clock_failed = False
 
-    _stopping: bool
+    # -- the clock -------------------------------------------------------
+
+    def _first_reading(self) -> None:
+        """Read the clock once at start: a clock broken from the start fails ``start()``."""
+        self._last_now = time_from("the clock", self._clock())
+
+    def _now(self) -> Time:
+        """The clock's reading; if it raises or returns garbage, the last good one.
+
+        The failure is logged at ERROR with its traceback and flags
+        ``_clock_failed`` so that the dispatcher waits :data:`CLOCK_RETRY`
+        before trying again. A ``BaseException`` that is not an ``Exception``
+        propagates (the caller completes its run with it). O(1).
+        """
+        try:
+            now = self._clock()
+            if now.__class__ not in _PLAIN or not -LIMIT <= now <= LIMIT:
+                now = time_from("the clock", now)
+        except Exception:
+            logger.exception("the clock failed; using its last reading, %r", self._last_now)
+            self._clock_failed = True
+            return self._last_now
+        self._last_now = now
+        return now
+
+    # -- dispatching -----------------------------------------------------
 
     def _dispatch_due(self) -> None:
         """Claim every run due now; run it here or hand it to the executor. O(k log n)."""
-        clock, scheduler = self._clock, self._scheduler
+        scheduler = self._scheduler
         queued = self._executor is not None
-        while not self._stopping:
-            task = scheduler._claim(clock(), queued=queued)
-            if task is None:
-                return
-            self._claimed(queued=queued)
+        while True:
+            with self._gate:
+                if self._stopping:
+                    return
+                task = scheduler._claim(self._now(), queued=queued)
+                if task is None:
+                    return
+                self._claimed(queued=queued)
             if queued:
                 self._hand_off(task)
             else:
@@ -79,6 +145,11 @@ class Driver:
     def _run_here(self, task: Task) -> None:
         """Execute a claimed run on the calling thread."""
         raise NotImplementedError
+
+    def _halt(self) -> None:
+        """Stop claiming runs (the runner's own wake-up is the subclass's business)."""
+        with self._gate:
+            self._stopping = True
 
     def stats(self) -> StatsSnapshot:
         """Runs by result, runs in progress and queued, and lag percentiles.
@@ -117,29 +188,56 @@ class Driver:
         with self._flight:
             return self._queued + self._running
 
+    def _is_inside(self) -> bool:
+        """True on a thread that is processing one of this runner's runs."""
+        return bool(getattr(self._inside, "active", False))
+
     def _wait_idle(self, timeout: float | None) -> bool:
-        """Wait (real seconds) until no run is in flight but the caller's own."""
-        own = 1 if getattr(self._inside, "active", False) else 0
+        """Wait (real seconds) until no run is in flight."""
         with self._flight:
-            return self._flight.wait_for(
-                lambda: self._queued + self._running <= own, timeout=timeout
-            )
+            return self._flight.wait_for(lambda: self._queued + self._running == 0, timeout)
+
+    def _raise_fatal(self) -> None:
+        """Re-raise, once, the fatal error that stopped this runner (for ``stop()``)."""
+        error, self._fatal = self._fatal, None
+        if error is not None:
+            raise error
 
     # -- executing and reporting -----------------------------------------
 
-    def _execute(self, task: Task, *, awaitables: bool = False) -> tuple[Any, Time]:
-        """Read the clock, call the action; return (what ``_call`` returned, started)."""
-        started = self._clock()
+    def _process(self, task: Task, *, awaitables: bool = False) -> Any:
+        """Execute a running run on this thread and complete it, whatever raises.
+
+        Returns ``None``, or the awaitable the action returned when
+        ``awaitables`` is true (with its start time: ``(awaitable, started)``;
+        the caller completes that run when it ends). O(1) plus the action.
+        """
         self._inside.active = True
+        completed = False
         try:
-            return self._scheduler._call(task, awaitables=awaitables), started
+            started = self._now()
+            result = self._scheduler._call(task, awaitables=awaitables)
+            if result is not None and not isinstance(result, BaseException):
+                completed = True  # handed back: the caller completes it
+                return result, started
+            completed = True
+            self._complete(task, result, started)
+            return None
+        except BaseException as exc:  # the clock, or an interrupt between call and completion
+            if not completed:
+                self._complete(task, exc, self._last_now)
+            raise
         finally:
             self._inside.active = False
 
     def _complete(self, task: Task, error: BaseException | None, started: Time) -> RunOutcome:
         """Complete a running run, count it as finished, and report its outcome."""
         try:
-            outcome = self._scheduler._complete(task, error, started, self._clock())
+            finished = self._now()
+        except BaseException as exc:  # a clock raising a fatal error: that is the run's end
+            error, finished = exc, started
+        try:
+            outcome = self._scheduler._complete(task, error, started, finished)
         finally:
             self._finished(was_running=True)
         self._report(outcome)
@@ -149,20 +247,25 @@ class Driver:
         """Fail a queued run that will never reach a worker, so its task never sticks."""
         if self._scheduler._start(task):
             self._started()
-            self._complete(task, error, self._clock())
+            self._complete(task, error, self._now())
         else:  # cancelled while queued
             self._finished(was_running=False)
 
     def _report(self, outcome: RunOutcome) -> None:
-        """Count and log one outcome, then call ``on_outcome`` (its errors are logged)."""
+        """Count and log one outcome, stop on a fatal error, then call ``on_outcome``.
+
+        ``on_outcome``'s exceptions (any ``Exception``) are logged and change
+        nothing; a fatal one stops the runner like a fatal action error.
+        """
         self._stats.record(outcome)
+        error = outcome.error
         if outcome.result is Result.FAILED:
             logger.warning(
                 "task %r: run at %r failed (attempt %d)",
                 outcome.task_id,
                 outcome.at,
                 outcome.attempt,
-                exc_info=outcome.error,
+                exc_info=error,
             )
         elif outcome.result is Result.RETRY:
             logger.info(
@@ -170,10 +273,23 @@ class Driver:
                 outcome.task_id,
                 outcome.at,
                 outcome.attempt,
-                outcome.error,
+                error,
             )
+        if is_fatal(error):
+            assert error is not None
+            self._stop_for(error, f"task {outcome.task_id!r} raised {error!r}")
         if self._on_outcome is not None:
             try:
                 self._on_outcome(outcome)
             except Exception:
                 logger.exception("on_outcome raised for %r; ignored", outcome)
+            except BaseException as exc:
+                self._stop_for(exc, f"on_outcome raised {exc!r}")
+
+    def _stop_for(self, error: BaseException, what: str) -> None:
+        """A fatal error: log it, keep the first for ``stop()`` to raise, stop claiming."""
+        logger.error("%s: the runner stops", what)
+        with self._gate:
+            if self._fatal is None:
+                self._fatal = error
+        self._halt()

@@ -23,8 +23,11 @@ is also why a fixed-rate task never overlaps itself under any driver.
 Policies (retry delays, misfire handling, schedules, priorities, pause) live
 in a task's :class:`~cadence._policy.Plan`; a task with the contract's
 defaults has none, and its hot path does not look further. Policy objects are
-called under the scheduler's lock and are expected to be quick and pure; an
-exception from one fails the task (never leaves it stuck).
+called under the scheduler's lock and are expected to be quick and pure.
+Whatever one does - raise an ``Exception`` or a ``BaseException``, or
+return something that is not a finite time - its task fails with a run
+outcome that carries the error; nothing is left stuck and no bad time ever
+enters the queue.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from collections.abc import Hashable
 from ._policy import Cursor, Plan, RetryPolicy
 from ._queue import Entry, RunQueue
 from ._types import Action, Result, RunOutcome, Status, Time
+from ._validate import LIMIT, time_from
 
 HISTORY = 10_000
 """Finished tasks whose status stays queryable; the oldest is forgotten first.
@@ -59,6 +63,16 @@ FINISHED = frozenset({DONE, FAILED, CANCELLED})
 UNFINISHED = frozenset({SCHEDULED, QUEUED, RUNNING})
 
 _new_outcome = tuple.__new__
+_PLAIN = frozenset({int, float})
+
+
+def _raiser(error: BaseException) -> Action:
+    """An action that fails with ``error``: how a run whose policy broke reports it."""
+
+    def broken(at: Time) -> None:
+        raise error
+
+    return broken
 
 
 def move(task: Task, status: Status) -> None:
@@ -231,6 +245,7 @@ class Engine:
         plan.last_delay = None
         if task.status is not SCHEDULED:  # queued or running: the next run is the new one
             plan.backlog = deque([at])
+            plan.rescheduled = True  # and the run in progress is not retried
             return True
         plan.attempt = 0
         if plan.paused:
@@ -258,6 +273,7 @@ class Engine:
                 plan is None
                 or plan.misfire is None
                 or plan.backlog
+                or plan.attempt  # a retry: its slot was already decided on
                 or task.entry[0] >= now
                 or self._misfire(task, plan, now)
             ):
@@ -307,19 +323,16 @@ class Engine:
                 (entry[2], at, OK if error is None else Result.FAILED, error, attempt, started,
                  skipped),
             )  # fmt: skip
+        # Every policy call and check comes before the first change to the task,
+        # so a policy that raises (anything) or returns garbage changes nothing
+        # but the task's end: failed, with the error on this outcome.
         try:
             if error is None:
                 result = OK
-            elif attempt < plan.max_retries and isinstance(error, Exception):
-                delay = self._retry_delay(plan, attempt)
-                if delay is not None:
-                    plan.last_delay = delay
-                    plan.attempt = attempt + 1
-                    self._requeue(task, at + delay)
-                    return _new_outcome(
-                        RunOutcome, (entry[2], at, RETRY, error, attempt, started, skipped)
-                    )
-                result = Result.FAILED
+            elif self._retried(task, plan, error):
+                return _new_outcome(
+                    RunOutcome, (entry[2], at, RETRY, error, attempt, started, skipped)
+                )
             else:
                 result = Result.FAILED
             # The slot is over: its next run comes from the backlog or the schedule.
@@ -329,10 +342,13 @@ class Engine:
             backlog, cursor = plan.backlog, plan.cursor
             if backlog:
                 nxt: Time | None = backlog.popleft()
+                plan.rescheduled = False
             elif cursor is None:
                 nxt = None
             else:
                 nxt = cursor.next(finished)
+                if nxt is not None and (nxt.__class__ not in _PLAIN or not -LIMIT <= nxt <= LIMIT):
+                    nxt = time_from("the schedule's cursor", nxt)
             if nxt is None:
                 self._finish(task, DONE if error is None else FAILED)
             elif plan.paused:
@@ -340,20 +356,49 @@ class Engine:
             else:  # the recurring hot path: _requeue, inlined
                 move(task, SCHEDULED)
                 task.entry = self._queue.push(nxt, entry[2], plan.priority)
-        except Exception as exc:  # a policy failed: the task cannot go on
-            exc.add_note(f"cadence: a policy of task {entry[2]!r} raised; the task failed")
+        except BaseException as exc:  # a policy failed: the task cannot go on
+            exc.add_note(f"cadence: a policy of task {entry[2]!r} failed; so did the task")
             result, error = Result.FAILED, exc
-            if task.status is RUNNING:
+            if task.status in UNFINISHED:  # running, or scheduled by an interrupted requeue
                 self._finish(task, FAILED)
         return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, skipped))
 
+    def _retried(self, task: Task, plan: Plan, error: BaseException) -> bool:
+        """Queue a retry of a failed run if its slot has one left; say whether it did.
+
+        Only an ``Exception`` is retried, and not by a run whose task was
+        rescheduled meanwhile (the new schedule takes over). Raises what the
+        retry policy raises, before changing anything.
+        """
+        attempt = plan.attempt
+        if attempt >= plan.max_retries or not isinstance(error, Exception) or plan.rescheduled:
+            return False
+        delay = self._retry_delay(plan, attempt)
+        if delay is None:
+            return False
+        at = time_from("retry: the failed run's time + the delay", task.entry[0] + delay)
+        plan.last_delay = delay
+        plan.attempt = attempt + 1
+        self._requeue(task, at)
+        return True
+
     def _retry_delay(self, plan: Plan, attempt: int) -> Time | None:
-        """The delay before retry ``attempt + 1``, by the task's or the default policy."""
+        """The delay before retry ``attempt + 1``, by the task's or the default policy.
+
+        Raises ``TypeError``/``ValueError`` for a policy's delay that is not a
+        finite number >= 0 (or ``None``), and ``OverflowError`` for a default
+        backoff past float range.
+        """
         policy = plan.retry or self._retry
         if policy is None:
-            delay: Time = self._backoff * 2**attempt
-            return delay
-        return policy.delay(attempt + 1, plan.last_delay)
+            backoff: Time = self._backoff * 2**attempt
+            return backoff
+        delay = policy.delay(attempt + 1, plan.last_delay)
+        if delay is None:
+            return None
+        if time_from(f"{policy!r}.delay()", delay) < 0:
+            raise ValueError(f"{policy!r}.delay() returned {delay!r}, a negative delay")
+        return delay
 
     def _misfire(self, task: Task, plan: Plan, now: Time) -> bool:
         """Decide a late run (``at < now``) of a task with a bounded misfire policy.
@@ -363,25 +408,29 @@ class Engine:
         rest are skipped (counted in ``plan.skipped``, reported on the next
         run). A task that is merely late, not behind, runs as usual. The
         runs after the first, and the first slot after ``now``, wait in the
-        plan's backlog. True if the first run is due now (``task.entry`` then
-        holds it); else it is queued (or the task is finished, if its
-        schedule ended or raised) and False. O(due slots).
+        plan's backlog. True if the claimed run itself is to run now; else
+        the first chosen run is queued in its place, in (time, seq) order
+        with every other run (or the task is finished, if its schedule
+        ended), and False. A cursor that fails here turns the claimed run
+        into one that fails with its error (see :meth:`_break`): the error
+        surfaces on that run's outcome. O(due slots).
         """
-        assert plan.cursor is not None
-        task_id = task.entry[2]
-        due: deque[Time] = deque([task.entry[0]], maxlen=plan.misfire)  # maxlen 0 keeps none
+        cursor = plan.cursor
+        assert cursor is not None
+        task_id, first = task.entry[2], task.entry[0]
+        due: deque[Time] = deque([first], maxlen=plan.misfire)  # maxlen 0 keeps none
         count = 1
         try:
-            nxt = plan.cursor.next(now)
-            while nxt is not None and nxt <= now:
+            nxt = cursor.next(now)
+            while nxt is not None and time_from("the schedule's cursor", nxt) <= now:
                 count += 1
                 due.append(nxt)
-                nxt = plan.cursor.next(now)
-        except Exception:
-            self._finish(task, FAILED)
-            return False
+                nxt = cursor.next(now)
+        except BaseException as exc:
+            self._break(task, exc)
+            return True
         if count == 1:  # late, not behind
-            runs = [task.entry[0]]
+            runs = [first]
         else:
             runs = list(due)
             plan.skipped += count - len(runs)
@@ -391,11 +440,25 @@ class Engine:
             self._finish(task, DONE)
             return False
         plan.backlog = deque(runs[1:]) or None
-        if runs[0] > now:
-            task.entry = self._queue.push(runs[0], task_id, plan.priority)
-            return False
-        task.entry = (runs[0], task.entry[1], task_id)
-        return True
+        if runs[0] == first:
+            return True
+        task.entry = self._queue.push(runs[0], task_id, plan.priority)
+        return False
+
+    def _break(self, task: Task, error: BaseException) -> None:
+        """Make a claimed run of a task whose policy failed fail with ``error``.
+
+        The action is not called: the run raises ``error`` in its place, and
+        with no schedule or retries left the task ends ``failed``. So the
+        error reaches the run's outcome, the log and ``on_outcome`` under
+        every driver, and a ``BaseException`` propagates as an action's would.
+        """
+        error.add_note(f"cadence: the schedule of task {task.entry[2]!r} failed; so did the task")
+        plan = _plan(task)
+        plan.cursor = None
+        plan.backlog = None
+        plan.max_retries = 0
+        task.action = _raiser(error)
 
     def _requeue(self, task: Task, at: Time) -> None:
         """Queue the task's next run at ``at`` (parked, if it was paused meanwhile)."""
@@ -409,11 +472,29 @@ class Engine:
             task.entry = self._queue.push(at, task.entry[2], plan.priority)
 
     def _finish(self, task: Task, status: Status) -> None:
+        """Move a task to a final status: out of the table, into the history. O(1).
+
+        An id whose ``__eq__`` raises when a hash collision makes a dict
+        compare it cannot stop this: the task is then removed by identity, and
+        finished ids colliding with it are forgotten (O(n), only then).
+        """
         move(task, status)
         task_id = task.entry[2]
-        del self._tasks[task_id]
-        history = self._history
-        history[task_id] = status
+        tasks, history = self._tasks, self._history
+        try:
+            del tasks[task_id]
+        except Exception:
+            kept = [(key, other) for key, other in tasks.items() if other is not task]
+            tasks.clear()  # in place: the queue holds this dict
+            tasks.update(kept)
+        try:
+            history[task_id] = status
+        except Exception:
+            collide = hash(task_id)
+            kept_history = [(key, s) for key, s in history.items() if hash(key) != collide]
+            history.clear()
+            history.update(kept_history)
+            history[task_id] = status
         if len(history) > self._history_limit:
             history.popitem(last=False)
 

@@ -72,6 +72,7 @@ class Plan:
         "misfire",
         "paused",
         "priority",
+        "rescheduled",
         "retry",
         "skipped",
     )
@@ -94,3 +95,4 @@ class Plan:
         self.attempt = 0  # retries used by the current slot (a task without a plan never retries)
         self.skipped = 0  # slots skipped by the misfire policy, to report on the next run
         self.last_delay: Time | None = None  # the previous retry delay of this slot
+        self.rescheduled = False  # rescheduled while running: that run is not retried

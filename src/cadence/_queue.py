@@ -99,8 +99,23 @@ class RunQueue(Generic[OwnerT]):
             self._stale = 0
 
     def _is_live(self, entry: Entry) -> bool:
-        owner = self._owners.get(entry[2])
+        try:
+            owner = self._owners.get(entry[2])
+        except Exception:  # the id's __eq__ raised on a hash collision
+            owner = self._find(entry)
         return owner is not None and owner.entry is entry
+
+    def _find(self, entry: Entry) -> OwnerT | None:
+        """The owner whose live entry is ``entry``, found by identity, never by id.
+
+        For ids whose ``__eq__`` raises when a hash collision makes the table
+        compare them: such an id must not stall every other task. O(n), and
+        only then.
+        """
+        for owner in self._owners.values():
+            if owner.entry is entry:
+                return owner
+        return None
 
     def peek(self) -> Entry | None:
         """The earliest live entry, or ``None``. O(1) amortised (drops stale tops)."""
@@ -108,7 +123,10 @@ class RunQueue(Generic[OwnerT]):
         owners = self._owners
         while heap:
             entry = heap[0]
-            owner = owners.get(entry[2])
+            try:
+                owner = owners.get(entry[2])
+            except Exception:  # the id's __eq__ raised on a hash collision
+                owner = self._find(entry)
             if owner is not None and owner.entry is entry:
                 return entry
             heappop(heap)
@@ -125,7 +143,10 @@ class RunQueue(Generic[OwnerT]):
         owners = self._owners
         while heap:
             entry = heap[0]
-            owner = owners.get(entry[2])
+            try:
+                owner = owners.get(entry[2])
+            except Exception:  # the id's __eq__ raised on a hash collision
+                owner = self._find(entry)
             if owner is None or owner.entry is not entry:
                 heappop(heap)
                 self._stale -= 1

@@ -9,10 +9,15 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from ._driver import Driver, OnOutcome, logger
+from ._driver import CLOCK_RETRY, Driver, OnOutcome, logger
 from ._engine import Task
-from ._scheduler import Scheduler, fatal
+from ._scheduler import Scheduler
 from ._types import Time
+
+MAX_SLEEP = 86_400.0
+"""The longest the dispatcher sleeps in one wait (real seconds): below
+``threading.TIMEOUT_MAX`` on every platform, so a run due in 300 years is
+slept towards a day at a time instead of killing the dispatcher."""
 
 
 class Runner(Driver):
@@ -42,10 +47,21 @@ class Runner(Driver):
     percentiles.
 
     A runner is started once (like a thread); ``with Runner(s) as r:``
-    starts it and stops it, waiting, on exit.
+    starts it and stops it, waiting, on exit. The dispatcher is a daemon
+    thread: it does not keep the process alive by itself.
+
+    Faults: an action, policy or ``on_outcome`` that raises an ``Exception``
+    affects only its run; a clock that raises or returns garbage is logged
+    and retried every second, the last good reading standing in; an executor
+    that refuses, drops or fails a run without running it fails that run. A
+    fatal ``BaseException`` (``SystemExit``, ``KeyboardInterrupt``, ...) from an
+    action or policy is recorded as its run's failure, logged at ERROR, and
+    stops the runner; :meth:`stop` then re-raises it.
 
     Raises ``TypeError`` for a ``scheduler`` that is not a Scheduler, an
-    ``executor`` that is not an Executor, or a non-callable ``on_outcome``.
+    ``executor`` that is not an Executor (or is a ``ProcessPoolExecutor``,
+    which cannot complete runs in this process), or a non-callable
+    ``on_outcome``.
     """
 
     def __init__(
@@ -58,7 +74,6 @@ class Runner(Driver):
         super().__init__(scheduler, executor, on_outcome)
         self._cond = threading.Condition(threading.Lock())
         self._target: Time = -math.inf  # the time the dispatcher sleeps until, while it does
-        self._stopping = False
         self._thread: threading.Thread | None = None
         self._unsubscribe: list[Callable[[], None]] = []
         self._virtual = hasattr(self._clock, "on_change")
@@ -88,11 +103,14 @@ class Runner(Driver):
     def start(self) -> None:
         """Start the dispatcher thread. O(1).
 
-        Raises ``RuntimeError`` if this runner was started (or stopped) before.
+        Raises ``RuntimeError`` if this runner was started (or stopped)
+        before; what the clock raises (or ``TypeError``/``ValueError`` for a
+        reading that is not a finite number), before anything starts.
         """
         with self._cond:
             if self._thread is not None or self._stopping:
                 raise RuntimeError("this Runner was already started or stopped; create a new one")
+            self._first_reading()
             self._thread = threading.Thread(target=self._loop, name="cadence-runner", daemon=True)
         self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))
         if self._virtual:
@@ -102,29 +120,43 @@ class Runner(Driver):
     def stop(self, wait: bool = True, timeout: float | None = None) -> bool:
         """Stop dispatching; with ``wait``, wait for the runs in progress.
 
-        Idempotent, and safe to call from anywhere, an action of this runner
-        included (it never joins its own thread, and does not wait for the
-        caller's own run). No new run is claimed after it is called. With
-        ``wait``, returns once the dispatcher has ended and no action of this
-        runner is executing (but the caller's), or after ``timeout`` real
-        seconds; returns ``True`` if everything finished, ``False`` on
-        timeout (or with ``wait=False`` while work is still in flight).
+        Idempotent. No run is claimed once it has returned (a claim racing
+        with it either happened before or never does). With ``wait``, returns
+        once the dispatcher has ended and no run of this runner is in
+        flight, or after ``timeout`` real seconds. Safe from anywhere: called
+        from inside one of this runner's runs (an action or ``on_outcome``,
+        on the dispatcher or a worker) it does not wait, since the runs it
+        would wait for may need the very thread it blocks. Returns ``True``
+        if nothing but the caller's own run is in flight, ``False`` if
+        something still is (on timeout, with ``wait=False``, or from inside).
+
+        Raises the fatal error that stopped the runner, if one did (once,
+        to the first caller outside the runner's runs).
         """
+        self._halt()
         with self._cond:
-            self._stopping = True
             self._cond.notify_all()
             unsubscribe, self._unsubscribe = self._unsubscribe, []
         for undo in unsubscribe:
             undo()
         thread = self._thread
+        if self._is_inside() or thread is threading.current_thread():
+            return self._in_flight() <= 1
         if not wait:
-            return self._in_flight() == 0 and (thread is None or not thread.is_alive())
+            return self._in_flight() == 0
         deadline = None if timeout is None else time.monotonic() + timeout
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 return False
-        return self._wait_idle(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        idle = self._wait_idle(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._raise_fatal()
+        return idle
+
+    def _halt(self) -> None:
+        super()._halt()
+        with self._cond:
+            self._cond.notify_all()
 
     # -- the dispatcher --------------------------------------------------
 
@@ -138,54 +170,61 @@ class Runner(Driver):
             self._cond.notify()
 
     def _loop(self) -> None:
-        clock, scheduler = self._clock, self._scheduler
+        scheduler = self._scheduler
         while True:
             self._dispatch_due()
             with self._cond:
                 if self._stopping:
                     return
                 head = scheduler.next_run_time()
-                if head is None:
+                if self._clock_failed:  # wait a while, then read the clock again
+                    self._clock_failed = False
+                    timeout: float | None = CLOCK_RETRY
+                elif head is None:
                     timeout = None
                 else:
-                    timeout = head - clock()
+                    timeout = head - self._now()
+                    if self._clock_failed:
+                        continue
                     if timeout <= 0:
                         continue
-                    if self._virtual:
-                        timeout = None
+                    timeout = None if self._virtual else min(timeout, MAX_SLEEP)
                 self._target = math.inf if head is None else head
                 self._cond.wait(timeout)
                 self._target = -math.inf
 
     def _run_here(self, task: Task) -> None:
-        error, started = self._execute(task)
-        self._complete(task, error, started)
-        if error is not None and fatal(error):
-            logger.error("task %r raised %r: the runner stops", task.task_id, error)
-            self.stop(wait=False)
-            raise error
+        self._process(task)
 
     def _hand_off(self, task: Task) -> None:
         assert self._executor is not None
+        ran = [False]  # set by the worker: a future that ends without it never ran the run
         try:
-            future = self._executor.submit(self._work, task)
+            future = self._executor.submit(self._work, task, ran)
         except Exception as exc:  # e.g. RuntimeError: cannot schedule after shutdown
             logger.error("executor refused task %r: %r", task.task_id, exc)
             self._abandon(task, exc)
             return
-        future.add_done_callback(lambda f: self._dropped(f, task))
+        future.add_done_callback(lambda f: self._dropped(f, task, ran))
 
-    def _dropped(self, future: concurrent.futures.Future[None], task: Task) -> None:
+    def _dropped(
+        self, future: concurrent.futures.Future[None], task: Task, ran: list[bool]
+    ) -> None:
+        """A future ended: if the executor never ran the run, fail it so it never sticks."""
+        if ran[0]:
+            return
         if future.cancelled():  # e.g. executor.shutdown(cancel_futures=True)
-            self._abandon(task, concurrent.futures.CancelledError(f"run of {task.task_id!r}"))
+            error: BaseException = concurrent.futures.CancelledError(f"run of {task.task_id!r}")
+        else:
+            error = future.exception() or RuntimeError("the executor ended the run unrun")
+        logger.error("executor did not run task %r: %r", task.task_id, error)
+        self._abandon(task, error)
 
-    def _work(self, task: Task) -> None:
+    def _work(self, task: Task, ran: list[bool]) -> None:
         """Run a handed-over run on a worker thread."""
+        ran[0] = True
         if not self._scheduler._start(task):  # cancelled while queued: never starts
             self._finished(was_running=False)
             return
         self._started()
-        error, started = self._execute(task)
-        self._complete(task, error, started)
-        if error is not None and fatal(error):
-            raise error
+        self._process(task)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -13,13 +12,13 @@ from . import _validate
 from ._engine import Engine, Task
 from ._policy import Cursor, Plan, RetryPolicy, Schedule
 from ._types import Action, RunOutcome, Status, Time
+from ._validate import LIMIT, time_from
 from .misfire import Misfire
 from .schedules import FixedRate, Once
 
 Clock = Callable[[], Time]
 
 _PLAIN = frozenset({int, float})
-_INF = math.inf
 
 
 def _check_retry(retry: object) -> None:
@@ -49,10 +48,14 @@ def _plan(
     _check_retry(retry)
     if misfire is not None and not isinstance(misfire, Misfire):
         raise TypeError(f"misfire must be a cadence.misfire.Misfire, got {misfire!r}")
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")
+    _check_priority(priority)
     limit = None if misfire is None else misfire.limit
     return Plan(cursor, max_retries, retry, limit, priority)
+
+
+def _check_priority(priority: object) -> None:
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")
 
 
 def fatal(error: BaseException) -> bool:
@@ -140,22 +143,30 @@ class Scheduler:
         # Fast path for the common valid call; the checks below raise with the message.
         if not (
             type(delay) in _PLAIN
-            and 0 <= delay < _INF
+            and 0 <= delay <= LIMIT
             and type(max_retries) is int
             and max_retries >= 0
+            and type(priority) is int
             and callable(action)
         ):
             _validate.delay("delay", delay)
             _validate.callable_("action", action)
             _validate.count("max_retries", max_retries)
+            _check_priority(priority)
         try:
             hash(task_id)
         except TypeError:
             _validate.hashable("task_id", task_id)
+        at = self._clock()
+        if at.__class__ not in _PLAIN or not -LIMIT <= at <= LIMIT:
+            at = time_from("the clock", at)
+        at += delay
+        if not at <= LIMIT:
+            raise ValueError(f"delay {delay!r} puts the run past the largest time, at {at!r}")
         if max_retries or retry is not None or priority:
             plan = _plan(None, max_retries, retry, None, priority)
-            return self._add(task_id, self._clock() + delay, action, plan)
-        return self._add(task_id, self._clock() + delay, action, None)
+            return self._add(task_id, at, action, plan)
+        return self._add(task_id, at, action, None)
 
     def schedule_at_fixed_rate(
         self,
@@ -238,31 +249,37 @@ class Scheduler:
         misfire: Misfire | None,
         priority: int,
     ) -> bool:
-        now = self._clock()
+        if isinstance(when, Once) and misfire is not None:
+            raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
+        plan = _plan(None, max_retries, retry, misfire, priority)
+        cursor, first = self._first(when)
+        if cursor is None and not (max_retries or retry is not None or priority):
+            return self._add(task_id, first, action, None)
+        plan.cursor = cursor
+        return self._add(task_id, first, action, plan)
+
+    def _first(self, when: Schedule) -> tuple[Cursor | None, Time]:
+        """Bind ``when`` to a new task: its cursor (``None`` for a one-off) and first run.
+
+        Raises ``TypeError`` for a ``when`` that is not a schedule or a first
+        time that is not a number, ``ValueError`` for no first time or one
+        that is not finite; what the schedule itself raises propagates.
+        """
+        now = time_from("the clock", self._clock())
         if isinstance(when, Once):
-            if misfire is not None:
-                raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
-            if max_retries or retry is not None or priority:
-                plan = _plan(None, max_retries, retry, None, priority)
-                return self._add(task_id, when.first(now), action, plan)
-            return self._add(task_id, when.first(now), action, None)
+            return None, time_from(f"{when!r}", when.first(now))
         cursor = _start(when, now)
         first = cursor.next(now)
         if first is None:
             raise ValueError(f"when has no run time: {when!r}")
-        _validate.number("the schedule's first time", first)
-        plan = _plan(cursor, max_retries, retry, misfire, priority)
-        return self._add(task_id, first, action, plan)
+        return cursor, time_from(f"{when!r}: the first run time", first)
 
     def _add(self, task_id: Hashable, at: Time, action: Action, plan: Plan | None) -> bool:
-        # Hot path: explicit acquire/release costs half of ``with lock:`` here.
-        self._lock.acquire()
-        try:
+        # ``with``, never acquire() then try: an interrupt between the two would leak the lock.
+        with self._lock:
             if not self._engine.add(task_id, action, at, plan):
                 return False
             head = self._engine.next_time() if self._listeners else None
-        finally:
-            self._lock.release()
         if head is not None:
             self._wake(head)
         return True
@@ -311,18 +328,10 @@ class Scheduler:
         Complexity: O(log n).
 
         Raises ``TypeError`` for a ``when`` that is not a schedule,
-        ``ValueError`` for one with no run at all.
+        ``ValueError`` for one with no run at all or a first run time that is
+        not a finite number. Nothing changes when it raises.
         """
-        now = self._clock()
-        cursor: Cursor | None
-        first: Time | None
-        if isinstance(when, Once):
-            cursor, first = None, when.first(now)
-        else:
-            cursor = _start(when, now)
-            first = cursor.next(now)
-            if first is None:
-                raise ValueError(f"when has no run time: {when!r}")
+        cursor, first = self._first(when)
         return self._change(self._engine.reschedule, task_id, cursor, first)
 
     def _change(self, operation: Callable[..., bool], *args: Any) -> bool:
@@ -346,11 +355,8 @@ class Scheduler:
 
         Complexity: O(1) amortised (stale queue entries are compacted lazily).
         """
-        self._lock.acquire()  # hot path: explicit acquire/release costs half of ``with``
-        try:
+        with self._lock:
             return self._engine.cancel(task_id)
-        finally:
-            self._lock.release()
 
     def status(self, task_id: Hashable) -> Status | None:
         """The task's :class:`~cadence.Status`, or ``None`` for an unknown id.
@@ -383,38 +389,41 @@ class Scheduler:
         once: each due run executes exactly once.
 
         An action raising an ``Exception`` fails its run and nothing else. A
-        ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``)
-        is recorded as the run's failure (not retried) and then propagates;
-        the next ``tick`` goes on with the rest.
+        ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``),
+        from the action or from a policy, is recorded as the run's failure
+        (not retried) and then propagates; the next ``tick`` goes on with the
+        rest. So does an interrupt that lands anywhere between a run's claim
+        and its completion: a claimed run is always completed.
 
         Complexity: O(k log n) for k runs, plus the actions.
 
         Raises ``TypeError`` for a non-number ``now``, ``ValueError`` for NaN
         or infinity.
         """
-        if type(now) not in _PLAIN or not -_INF < now < _INF:  # fast path first
+        if now.__class__ not in _PLAIN or not -LIMIT <= now <= LIMIT:  # fast path first
             _validate.finite("now", now)
         outcomes: list[RunOutcome] = []
         engine, lock = self._engine, self._lock
-        lock.acquire()  # hot path: explicit acquire/release costs half of ``with``
-        try:
+        with lock:
             task = engine.claim(now)
-        finally:
-            lock.release()
-        while task is not None:
-            error = self._call(task)
-            if error is not None and fatal(error):  # recorded, then it propagates
-                self._complete(task, error, now, now)
-                raise error
-            lock.acquire()
-            try:
-                outcomes.append(engine.complete(task, error, now, now))
-                head = engine.next_time() if self._listeners else None
-                task = engine.claim(now)
-            finally:
-                lock.release()
-            if head is not None:
-                self._wake(head)
+        try:
+            while task is not None:
+                error = self._call(task)
+                with lock:
+                    outcome = engine.complete(task, error, now, now)
+                    task = None
+                    head = engine.next_time() if self._listeners else None
+                    if outcome[3] is None or not fatal(outcome[3]):
+                        task = engine.claim(now)
+                outcomes.append(outcome)
+                if head is not None:
+                    self._wake(head)
+                if task is None and outcome[3] is not None and fatal(outcome[3]):
+                    raise outcome[3]  # recorded as failed; now it propagates
+        except BaseException as exc:
+            if task is not None:  # interrupted between claim and completion
+                self._complete(task, exc, now, now)
+            raise
         return outcomes
 
     def _claim(self, now: Time, *, queued: bool = False) -> Task | None:
@@ -440,6 +449,18 @@ class Scheduler:
         """
         try:
             result = task.action(task.entry[0])
+            if result is None or not inspect.isawaitable(result):
+                return None
+            if awaitables:
+                return result
+            error = TypeError(
+                f"action of task {task.task_id!r} returned an awaitable "
+                f"({type(result).__name__}); run async actions under AsyncRunner"
+            )
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()  # no "never awaited" warning; if it raises, that is the error
+            return error
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 exc.add_note(
@@ -447,17 +468,6 @@ class Scheduler:
                     "was recorded as failed"
                 )
             return exc
-        if result is not None and inspect.isawaitable(result):
-            if awaitables:
-                return result
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
-            return TypeError(
-                f"action of task {task.task_id!r} returned an awaitable "
-                f"({type(result).__name__}); run async actions under AsyncRunner"
-            )
-        return None
 
     def _complete(
         self, task: Task, error: BaseException | None, started: Time, finished: Time

@@ -6,13 +6,17 @@ names the argument as the signature spells it and shows the value.
 
 from __future__ import annotations
 
-import math
+import sys
 from collections.abc import Hashable
 from typing import Any, TypeVar
 
 from ._types import Time
 
 T = TypeVar("T")
+
+LIMIT = sys.float_info.max
+"""The largest magnitude a time or delay may have: every time must fit a float, so
+that sums stay comparable and a runner can sleep until it (``10**400`` is refused)."""
 
 
 def _shown(value: object) -> str:
@@ -31,28 +35,49 @@ def number(name: str, value: Any) -> Time:
     return value  # type: ignore[no-any-return]
 
 
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} digits)"
+
+
 def finite(name: str, value: Any) -> Time:
-    """A number that is neither NaN nor infinite (``ValueError``)."""
+    """A number that is not NaN, infinite or beyond float range (``ValueError``)."""
     number(name, value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if not -LIMIT <= value <= LIMIT:
+        raise ValueError(f"{name} must be a finite number, got {_short(value)}")
     return value  # type: ignore[no-any-return]
 
 
 def delay(name: str, value: Any) -> Time:
     """A finite number >= 0: ``TypeError`` for a non-number, ``ValueError`` otherwise."""
     number(name, value)
-    if not 0 <= value < math.inf:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if not 0 <= value <= LIMIT:
+        raise ValueError(f"{name} must be a finite number >= 0, got {_short(value)}")
     return value  # type: ignore[no-any-return]
 
 
 def positive(name: str, value: Any) -> Time:
     """A finite number > 0: ``TypeError`` for a non-number, ``ValueError`` otherwise."""
     number(name, value)
-    if not 0 < value < math.inf:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if not 0 < value <= LIMIT:
+        raise ValueError(f"{name} must be a finite number > 0, got {_short(value)}")
     return value  # type: ignore[no-any-return]
+
+
+def time_from(source: str, value: Any) -> Time:
+    """A time produced by user code (a clock, schedule, cursor or retry policy).
+
+    ``TypeError`` for a non-number, ``ValueError`` for NaN, infinity or a
+    number beyond float range; the message names ``source``. O(1).
+    """
+    if type(value) is float or type(value) is int:  # the fast path: one check
+        if -LIMIT <= value <= LIMIT:
+            return value
+    elif not is_number(value):
+        raise TypeError(f"{source} returned {_shown(value)}, not a number (int or float)")
+    elif -LIMIT <= value <= LIMIT:
+        return value  # type: ignore[no-any-return]
+    raise ValueError(f"{source} returned {_short(value)}, not a finite time")
 
 
 def count(name: str, value: Any) -> int:

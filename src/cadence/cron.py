@@ -33,7 +33,7 @@ bisection of at most ~20 steps on the rare transition day).
 
 from __future__ import annotations
 
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 try:
@@ -45,7 +45,8 @@ from . import _validate
 from ._policy import Cursor
 from ._types import Time
 
-_MAX_STEPS = 1000  # cronsim matches looked at for one next_after (>= the matches in one fold)
+_MAX_STEPS = 1000  # cronsim matches looked at for one next_after; a fold is skipped in one step
+_SECOND = timedelta(seconds=1)
 
 
 class Cron:
@@ -91,16 +92,55 @@ class Cron:
     def next_after(self, t: Time) -> int:
         """The first run time strictly after epoch time ``t``, by the rules above.
 
-        Raises ``TypeError``/``ValueError`` for a ``t`` that is not a finite number.
+        Raises ``TypeError`` for a ``t`` that is not a number, ``ValueError``
+        for one that is not a finite epoch time within ``datetime``'s range,
+        and ``ValueError`` when the expression has no match after ``t`` (it
+        is valid but never matches, e.g. ``0 0 * 2 MON#5`` after 2044: cronsim
+        looks 50 years ahead).
         """
         _validate.finite("t", t)
-        local = datetime.fromtimestamp(t, self.zone).replace(tzinfo=None)
+        try:
+            local = datetime.fromtimestamp(t, self.zone).replace(tzinfo=None)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(f"t must be an epoch time datetime can show, got {t!r}") from None
         matches = CronSim(self.expression, local)
-        for _ in range(_MAX_STEPS):
-            instant = self._instant(next(matches))
-            if instant > t:
-                return instant
+        try:
+            for _ in range(_MAX_STEPS):
+                wall = next(matches)
+                instant = self._instant(wall)
+                if instant > t:
+                    return instant
+                # Not after t: t is in the second pass of a repeated hour, whose
+                # times ran on the first. Go on from where the repetition ends.
+                end = self._fold_end(wall)
+                if end is not None:
+                    matches = CronSim(self.expression, end - _SECOND)
+        except (StopIteration, OverflowError):  # none in cronsim's 50 years, or past year 9999
+            raise ValueError(f"{self!r} has no run after {t!r}") from None
         raise RuntimeError(f"{self!r}: no run after {t!r} within {_MAX_STEPS} matches")
+
+    def _fold_end(self, wall: datetime) -> datetime | None:
+        """The local wall time at which the repetition holding ``wall`` ends, if it is in one.
+
+        O(log fold length): a bisection for the instant the offset changes.
+        """
+        zone = self.zone
+        first = wall.replace(tzinfo=zone, fold=0)
+        low, high = int(first.timestamp()), int(wall.replace(tzinfo=zone, fold=1).timestamp())
+        if high <= low:
+            return None
+        old = first.utcoffset()
+        while high - low > 1:
+            mid = (low + high) // 2
+            if datetime.fromtimestamp(mid, zone).utcoffset() == old:
+                low = mid
+            else:
+                high = mid
+        change = datetime.fromtimestamp(high, zone)  # the first instant on the new offset
+        new = change.utcoffset()
+        assert old is not None
+        assert new is not None
+        return change.replace(tzinfo=None) + (old - new)
 
     def _instant(self, wall: datetime) -> int:
         """The epoch second a naive local wall time runs at (gap: its end; fold: the first)."""

@@ -23,6 +23,7 @@ deterministic.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Literal
 
@@ -71,13 +72,20 @@ class Backoff:
         return f"Backoff({self.base!r}, cap={self.cap!r}, jitter={self.jitter!r})"
 
     def delay(self, retry: int, previous: Time | None) -> Time:
-        """The delay before retry number ``retry`` (1-based) of a slot."""
+        """The delay before retry number ``retry`` (1-based) of a slot. O(log retry).
+
+        Past float range the delay is ``cap`` (or infinite without one, which
+        fails the task: a retry that never comes is no retry).
+        """
         cap = self.cap
         if self.jitter == "decorrelated":
             high = 3 * (self.base if previous is None else previous)
             drawn = self.rng.uniform(self.base, high)
             return drawn if cap is None else min(cap, drawn)
-        delay: Time = self.base * 2 ** (retry - 1)
+        try:
+            delay: Time = self.base * 2 ** (retry - 1)
+        except OverflowError:  # a float base past float range: "more than any cap"
+            delay = math.inf
         if cap is not None and delay > cap:
             delay = cap
         if self.jitter == "full":
