@@ -83,7 +83,10 @@ class Driver:
         self._on_outcome = on_outcome
         self._stats = Stats()
         # Work in flight: claimed runs not yet completed (queued + running).
-        self._flight = threading.Condition(threading.Lock())
+        # Entered through its Lock, never the Condition: Condition.__enter__ is
+        # Python code, and an interrupt just after its acquire would leak the lock.
+        self._flight_lock = threading.Lock()
+        self._flight = threading.Condition(self._flight_lock)
         self._queued = 0
         self._running = 0
         self._inside = threading.local()  # set while this thread processes one of our runs
@@ -158,26 +161,26 @@ class Driver:
         best sign of overload: p99 growing means runs start ever later. O(w log w)
         for a window of w runs.
         """
-        with self._flight:
+        with self._flight_lock:
             running, queued = self._running, self._queued
         return self._stats.snapshot(running=running, queued=queued)
 
     # -- work in flight --------------------------------------------------
 
     def _claimed(self, *, queued: bool) -> None:
-        with self._flight:
+        with self._flight_lock:
             if queued:
                 self._queued += 1
             else:
                 self._running += 1
 
     def _started(self) -> None:
-        with self._flight:
+        with self._flight_lock:
             self._queued -= 1
             self._running += 1
 
     def _finished(self, *, was_running: bool) -> None:
-        with self._flight:
+        with self._flight_lock:
             if was_running:
                 self._running -= 1
             else:
@@ -185,7 +188,7 @@ class Driver:
             self._flight.notify_all()
 
     def _in_flight(self) -> int:
-        with self._flight:
+        with self._flight_lock:
             return self._queued + self._running
 
     def _is_inside(self) -> bool:
@@ -194,7 +197,7 @@ class Driver:
 
     def _wait_idle(self, timeout: float | None) -> bool:
         """Wait (real seconds) until no run is in flight."""
-        with self._flight:
+        with self._flight_lock:
             return self._flight.wait_for(lambda: self._queued + self._running == 0, timeout)
 
     def _raise_fatal(self) -> None:
@@ -231,16 +234,20 @@ class Driver:
             self._inside.active = False
 
     def _complete(self, task: Task, error: BaseException | None, started: Time) -> RunOutcome:
-        """Complete a running run, count it as finished, and report its outcome."""
+        """Complete a running run, report its outcome, then count it as finished.
+
+        Reported before it stops counting as in flight: a waiting ``stop()``
+        returns only once ``on_outcome`` has seen every run.
+        """
         try:
             finished = self._now()
         except BaseException as exc:  # a clock raising a fatal error: that is the run's end
             error, finished = exc, started
         try:
             outcome = self._scheduler._complete(task, error, started, finished)
+            self._report(outcome)
         finally:
             self._finished(was_running=True)
-        self._report(outcome)
         return outcome
 
     def _abandon(self, task: Task, error: BaseException) -> None:

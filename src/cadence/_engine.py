@@ -323,64 +323,73 @@ class Engine:
                 (entry[2], at, OK if error is None else Result.FAILED, error, attempt, started,
                  skipped),
             )  # fmt: skip
-        # Every policy call and check comes before the first change to the task,
-        # so a policy that raises (anything) or returns garbage changes nothing
-        # but the task's end: failed, with the error on this outcome.
+        # Decide first: every policy call and check happens here, before any change,
+        # so a policy that raises (anything) or returns garbage changes nothing but
+        # the task's end: failed, with the error on this outcome.
+        retry: tuple[Time, Time] | None = None
+        nxt: Time | None = None
         try:
             if error is None:
                 result = OK
-            elif self._retried(task, plan, error):
-                return _new_outcome(
-                    RunOutcome, (entry[2], at, RETRY, error, attempt, started, skipped)
-                )
             else:
                 result = Result.FAILED
-            # The slot is over: its next run comes from the backlog or the schedule.
-            if attempt:
-                plan.attempt = 0
-                plan.last_delay = None
-            backlog, cursor = plan.backlog, plan.cursor
-            if backlog:
-                nxt: Time | None = backlog.popleft()
-                plan.rescheduled = False
-            elif cursor is None:
-                nxt = None
-            else:
-                nxt = cursor.next(finished)
-                if nxt is not None and (nxt.__class__ not in _PLAIN or not -LIMIT <= nxt <= LIMIT):
-                    nxt = time_from("the schedule's cursor", nxt)
-            if nxt is None:
-                self._finish(task, DONE if error is None else FAILED)
-            elif plan.paused:
-                self._requeue(task, nxt)  # parks it
-            else:  # the recurring hot path: _requeue, inlined
-                move(task, SCHEDULED)
-                task.entry = self._queue.push(nxt, entry[2], plan.priority)
+                retry = self._retry_of(plan, at, error)
+            if retry is None:  # the slot is over: its next run is the backlog's or the schedule's
+                backlog, cursor = plan.backlog, plan.cursor
+                if backlog:
+                    nxt = backlog[0]
+                elif cursor is not None:
+                    nxt = cursor.next(finished)
+                    if nxt is not None and (
+                        nxt.__class__ not in _PLAIN or not -LIMIT <= nxt <= LIMIT
+                    ):
+                        nxt = time_from("the schedule's cursor", nxt)
         except BaseException as exc:  # a policy failed: the task cannot go on
             exc.add_note(f"cadence: a policy of task {entry[2]!r} failed; so did the task")
-            result, error = Result.FAILED, exc
-            if task.status in UNFINISHED:  # running, or scheduled by an interrupted requeue
-                self._finish(task, FAILED)
+            self._finish(task, FAILED)
+            return _new_outcome(
+                RunOutcome, (entry[2], at, Result.FAILED, exc, attempt, started, skipped)
+            )
+        # Then change: no user code from here on (see _repair for interrupts).
+        if retry is not None:
+            plan.attempt = attempt + 1
+            plan.last_delay = retry[1]
+            self._requeue(task, retry[0])
+            return _new_outcome(
+                RunOutcome, (entry[2], at, RETRY, error, attempt, started, skipped)
+            )
+        if attempt:
+            plan.attempt = 0
+            plan.last_delay = None
+        if plan.backlog:
+            plan.backlog.popleft()
+            plan.rescheduled = False
+        if nxt is None:
+            self._finish(task, DONE if error is None else FAILED)
+        elif plan.paused:
+            self._requeue(task, nxt)  # parks it
+        else:  # the recurring hot path: _requeue, inlined
+            new = self._queue.push(nxt, entry[2], plan.priority)
+            move(task, SCHEDULED)
+            task.entry = new
         return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, skipped))
 
-    def _retried(self, task: Task, plan: Plan, error: BaseException) -> bool:
-        """Queue a retry of a failed run if its slot has one left; say whether it did.
+    def _retry_of(self, plan: Plan, at: Time, error: BaseException) -> tuple[Time, Time] | None:
+        """The retry of a failed run at ``at`` as ``(time, delay)``, or ``None``: no retry.
 
-        Only an ``Exception`` is retried, and not by a run whose task was
-        rescheduled meanwhile (the new schedule takes over). Raises what the
-        retry policy raises, before changing anything.
+        Only an ``Exception`` is retried, while the slot has retries left,
+        and not by a run whose task was rescheduled meanwhile (the new
+        schedule takes over). Changes nothing; raises what the retry policy
+        raises, or ``TypeError``/``ValueError`` for a retry time that is not
+        a finite number.
         """
         attempt = plan.attempt
         if attempt >= plan.max_retries or not isinstance(error, Exception) or plan.rescheduled:
-            return False
+            return None
         delay = self._retry_delay(plan, attempt)
         if delay is None:
-            return False
-        at = time_from("retry: the failed run's time + the delay", task.entry[0] + delay)
-        plan.last_delay = delay
-        plan.attempt = attempt + 1
-        self._requeue(task, at)
-        return True
+            return None
+        return time_from("retry: the failed run's time + the delay", at + delay), delay
 
     def _retry_delay(self, plan: Plan, attempt: int) -> Time | None:
         """The delay before retry ``attempt + 1``, by the task's or the default policy.
@@ -462,14 +471,15 @@ class Engine:
 
     def _requeue(self, task: Task, at: Time) -> None:
         """Queue the task's next run at ``at`` (parked, if it was paused meanwhile)."""
-        move(task, SCHEDULED)
         plan = task.plan
         if plan is None:
-            task.entry = self._queue.push(at, task.entry[2])
+            entry = self._queue.push(at, task.entry[2])
         elif plan.paused:
-            task.entry = (at, -1, task.entry[2])
+            entry = (at, -1, task.entry[2])
         else:
-            task.entry = self._queue.push(at, task.entry[2], plan.priority)
+            entry = self._queue.push(at, task.entry[2], plan.priority)
+        move(task, SCHEDULED)
+        task.entry = entry
 
     def _finish(self, task: Task, status: Status) -> None:
         """Move a task to a final status: out of the table, into the history. O(1).
@@ -497,6 +507,31 @@ class Engine:
             history[task_id] = status
         if len(history) > self._history_limit:
             history.popitem(last=False)
+
+    def _repair(self) -> None:
+        """Re-establish every invariant after an operation was cut short. O(n log n).
+
+        A ``KeyboardInterrupt`` (or another asynchronous exception) can land
+        between two steps of an operation; the scheduler calls this whenever
+        anything escapes an engine call, before releasing its lock. Every
+        step is ordered so that what is left can be read back: a finished
+        task still in the table moves to the history; a scheduled run whose
+        entry left the queue (a claim cut short before it marked the task)
+        goes back; the stale count is recounted. A task left ``running`` is
+        its driver's to complete. For tests, ``_check()`` passes afterwards.
+        """
+        tasks, history = self._tasks, self._history
+        for task_id, task in list(tasks.items()):
+            if task.status in FINISHED:
+                del tasks[task_id]
+                history[task_id] = task.status
+            elif task_id in history:
+                del history[task_id]
+        while len(history) > self._history_limit:
+            history.popitem(last=False)
+        self._queue._repair(
+            [task.entry for task in tasks.values() if task.status is SCHEDULED and not task.parked]
+        )
 
     def _check(self) -> None:
         """Assert the engine's invariants (and the queue's). O(n); for tests."""

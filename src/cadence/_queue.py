@@ -157,6 +157,18 @@ class RunQueue(Generic[OwnerT]):
                 return None
         return None
 
+    def _repair(self, live: list[Entry]) -> None:
+        """Put back the ``live`` entries missing from the heap and recount ``stale``. O(n log n).
+
+        For the engine's :meth:`~cadence._engine.Engine._repair`, after an
+        operation was cut short between a heap change and its bookkeeping.
+        """
+        present = {id(entry) for entry in self._heap}
+        for entry in live:
+            if id(entry) not in present:
+                heappush(self._heap, entry)
+        self._stale = sum(1 for entry in self._heap if not self._is_live(entry))
+
     def _check(self) -> None:
         """Assert every invariant in the module docstring. O(n); for tests."""
         heap = self._heap

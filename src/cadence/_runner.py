@@ -72,7 +72,8 @@ class Runner(Driver):
         on_outcome: OnOutcome | None = None,
     ) -> None:
         super().__init__(scheduler, executor, on_outcome)
-        self._cond = threading.Condition(threading.Lock())
+        self._cond_lock = threading.Lock()  # entered instead of _cond: see Driver._flight_lock
+        self._cond = threading.Condition(self._cond_lock)
         self._target: Time = -math.inf  # the time the dispatcher sleeps until, while it does
         self._thread: threading.Thread | None = None
         self._unsubscribe: list[Callable[[], None]] = []
@@ -107,7 +108,7 @@ class Runner(Driver):
         before; what the clock raises (or ``TypeError``/``ValueError`` for a
         reading that is not a finite number), before anything starts.
         """
-        with self._cond:
+        with self._cond_lock:
             if self._thread is not None or self._stopping:
                 raise RuntimeError("this Runner was already started or stopped; create a new one")
             self._first_reading()
@@ -134,7 +135,7 @@ class Runner(Driver):
         to the first caller outside the runner's runs).
         """
         self._halt()
-        with self._cond:
+        with self._cond_lock:
             self._cond.notify_all()
             unsubscribe, self._unsubscribe = self._unsubscribe, []
         for undo in unsubscribe:
@@ -155,25 +156,25 @@ class Runner(Driver):
 
     def _halt(self) -> None:
         super()._halt()
-        with self._cond:
+        with self._cond_lock:
             self._cond.notify_all()
 
     # -- the dispatcher --------------------------------------------------
 
     def _on_new_head(self, head: Time) -> None:
-        with self._cond:
+        with self._cond_lock:
             if head < self._target:
                 self._cond.notify()
 
     def _poke(self) -> None:
-        with self._cond:
+        with self._cond_lock:
             self._cond.notify()
 
     def _loop(self) -> None:
         scheduler = self._scheduler
         while True:
             self._dispatch_due()
-            with self._cond:
+            with self._cond_lock:
                 if self._stopping:
                     return
                 head = scheduler.next_run_time()

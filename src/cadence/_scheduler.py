@@ -277,9 +277,13 @@ class Scheduler:
     def _add(self, task_id: Hashable, at: Time, action: Action, plan: Plan | None) -> bool:
         # ``with``, never acquire() then try: an interrupt between the two would leak the lock.
         with self._lock:
-            if not self._engine.add(task_id, action, at, plan):
-                return False
-            head = self._engine.next_time() if self._listeners else None
+            try:
+                if not self._engine.add(task_id, action, at, plan):
+                    return False
+                head = self._engine.next_time() if self._listeners else None
+            except BaseException:
+                self._engine._repair()
+                raise
         if head is not None:
             self._wake(head)
         return True
@@ -337,8 +341,12 @@ class Scheduler:
     def _change(self, operation: Callable[..., bool], *args: Any) -> bool:
         """Run an engine operation under the lock; wake runners if it queued a run."""
         with self._lock:
-            changed = operation(*args)
-            head = self._engine.next_time() if self._listeners else None
+            try:
+                changed = operation(*args)
+                head = self._engine.next_time() if self._listeners else None
+            except BaseException:
+                self._engine._repair()
+                raise
         if head is not None:
             self._wake(head)
         return changed
@@ -356,7 +364,11 @@ class Scheduler:
         Complexity: O(1) amortised (stale queue entries are compacted lazily).
         """
         with self._lock:
-            return self._engine.cancel(task_id)
+            try:
+                return self._engine.cancel(task_id)
+            except BaseException:
+                self._engine._repair()
+                raise
 
     def status(self, task_id: Hashable) -> Status | None:
         """The task's :class:`~cadence.Status`, or ``None`` for an unknown id.
@@ -375,7 +387,11 @@ class Scheduler:
         Complexity: O(1) amortised.
         """
         with self._lock:
-            return self._engine.next_time()
+            try:
+                return self._engine.next_time()
+            except BaseException:
+                self._engine._repair()
+                raise
 
     # -- running ---------------------------------------------------------
 
@@ -404,24 +420,33 @@ class Scheduler:
             _validate.finite("now", now)
         outcomes: list[RunOutcome] = []
         engine, lock = self._engine, self._lock
-        with lock:
-            task = engine.claim(now)
+        task = None
         try:
+            with lock:
+                try:
+                    task = engine.claim(now)
+                except BaseException:
+                    engine._repair()
+                    raise
             while task is not None:
                 error = self._call(task)
                 with lock:
-                    outcome = engine.complete(task, error, now, now)
-                    task = None
-                    head = engine.next_time() if self._listeners else None
-                    if outcome[3] is None or not fatal(outcome[3]):
-                        task = engine.claim(now)
+                    try:
+                        outcome = engine.complete(task, error, now, now)
+                        task = None
+                        head = engine.next_time() if self._listeners else None
+                        if outcome[3] is None or not fatal(outcome[3]):
+                            task = engine.claim(now)
+                    except BaseException:
+                        engine._repair()
+                        raise
                 outcomes.append(outcome)
                 if head is not None:
                     self._wake(head)
                 if task is None and outcome[3] is not None and fatal(outcome[3]):
                     raise outcome[3]  # recorded as failed; now it propagates
         except BaseException as exc:
-            if task is not None:  # interrupted between claim and completion
+            if task is not None and task.status is Status.RUNNING:  # cut short before completion
                 self._complete(task, exc, now, now)
             raise
         return outcomes
@@ -429,7 +454,11 @@ class Scheduler:
     def _claim(self, now: Time, *, queued: bool = False) -> Task | None:
         """Claim the earliest run due at ``now`` (for runners)."""
         with self._lock:
-            return self._engine.claim(now, queued=queued)
+            try:
+                return self._engine.claim(now, queued=queued)
+            except BaseException:
+                self._engine._repair()
+                raise
 
     def _start(self, task: Task) -> bool:
         """Move a queued run to running; ``False`` if it was cancelled (for runners)."""
@@ -474,8 +503,12 @@ class Scheduler:
     ) -> RunOutcome:
         """Complete a claimed run and wake runners if it queued an earlier run."""
         with self._lock:
-            outcome = self._engine.complete(task, error, started, finished)
-            head = self._engine.next_time() if self._listeners else None
+            try:
+                outcome = self._engine.complete(task, error, started, finished)
+                head = self._engine.next_time() if self._listeners else None
+            except BaseException:
+                self._engine._repair()
+                raise
         if head is not None:
             self._wake(head)
         return outcome
