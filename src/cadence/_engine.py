@@ -66,6 +66,23 @@ _new_outcome = tuple.__new__
 _PLAIN = frozenset({int, float})
 
 
+def _later(previous: Time, value: object, now: Time) -> Time:
+    """A cursor's next time: a finite number after ``previous`` or ``now``.
+
+    Schedules move forward: a cursor that repeats a past time, or goes back
+    into the past, would run its task forever at one instant. (After
+    ``now`` is enough: a fixed delay counts from a clock that may have been
+    set back.) Raises ``TypeError``/``ValueError`` otherwise. O(1).
+    """
+    at = time_from("the schedule's cursor", value)
+    if not (at > previous or at > now):
+        raise ValueError(
+            f"the schedule's cursor returned {at!r}: neither after its previous time "
+            f"{previous!r} nor after now, {now!r}"
+        )
+    return at
+
+
 def _raiser(error: BaseException) -> Action:
     """An action that fails with ``error``: how a run whose policy broke reports it."""
 
@@ -172,6 +189,7 @@ class Engine:
         if plan is None:
             task.entry = self._queue.push(at, task_id)
         else:
+            plan.slot = at
             task.entry = self._queue.push(at, task_id, plan.priority)
         self._tasks[task_id] = task
         return True
@@ -241,6 +259,7 @@ class Engine:
             return False
         plan = _plan(task)
         plan.cursor = cursor
+        plan.slot = at
         plan.backlog = None
         plan.last_delay = None
         if task.status is not SCHEDULED:  # queued or running: the next run is the new one
@@ -340,10 +359,10 @@ class Engine:
                     nxt = backlog[0]
                 elif cursor is not None:
                     nxt = cursor.next(finished)
-                    if nxt is not None and (
-                        nxt.__class__ not in _PLAIN or not -LIMIT <= nxt <= LIMIT
-                    ):
-                        nxt = time_from("the schedule's cursor", nxt)
+                    if nxt is not None:
+                        if nxt.__class__ not in _PLAIN or not plan.slot < nxt <= LIMIT:
+                            nxt = _later(plan.slot, nxt, finished)
+                        plan.slot = nxt
         except BaseException as exc:  # a policy failed: the task cannot go on
             exc.add_note(f"cadence: a policy of task {entry[2]!r} failed; so did the task")
             self._finish(task, FAILED)
@@ -358,12 +377,8 @@ class Engine:
             return _new_outcome(
                 RunOutcome, (entry[2], at, RETRY, error, attempt, started, skipped)
             )
-        if attempt:
-            plan.attempt = 0
-            plan.last_delay = None
-        if plan.backlog:
-            plan.backlog.popleft()
-            plan.rescheduled = False
+        if attempt or plan.backlog:
+            _end_slot(plan)
         if nxt is None:
             self._finish(task, DONE if error is None else FAILED)
         elif plan.paused:
@@ -425,19 +440,23 @@ class Engine:
         surfaces on that run's outcome. O(due slots).
         """
         cursor = plan.cursor
-        assert cursor is not None
+        if cursor is None:  # rescheduled to a one-off: nothing to skip
+            return True
         task_id, first = task.entry[2], task.entry[0]
         due: deque[Time] = deque([first], maxlen=plan.misfire)  # maxlen 0 keeps none
         count = 1
         try:
             nxt = cursor.next(now)
-            while nxt is not None and time_from("the schedule's cursor", nxt) <= now:
+            while nxt is not None and _later(plan.slot, nxt, plan.slot) <= now:
+                plan.slot = nxt
                 count += 1
                 due.append(nxt)
                 nxt = cursor.next(now)
         except BaseException as exc:
             self._break(task, exc)
             return True
+        if nxt is not None:
+            plan.slot = nxt
         if count == 1:  # late, not behind
             runs = [first]
         else:
@@ -546,6 +565,15 @@ class Engine:
             assert (task.entry in queued) == in_queue, (task_id, task.status)
         for status in self._history.values():
             assert status in FINISHED
+
+
+def _end_slot(plan: Plan) -> None:
+    """A slot's last run completed: reset its retries; its next run leaves the backlog."""
+    plan.attempt = 0
+    plan.last_delay = None
+    if plan.backlog:
+        plan.backlog.popleft()
+        plan.rescheduled = False
 
 
 def _plan(task: Task) -> Plan:

@@ -8,6 +8,7 @@ concrete policies.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Protocol, runtime_checkable
 
@@ -75,6 +76,7 @@ class Plan:
         "rescheduled",
         "retry",
         "skipped",
+        "slot",
     )
 
     def __init__(
@@ -96,3 +98,4 @@ class Plan:
         self.skipped = 0  # slots skipped by the misfire policy, to report on the next run
         self.last_delay: Time | None = None  # the previous retry delay of this slot
         self.rescheduled = False  # rescheduled while running: that run is not retried
+        self.slot: Time = -math.inf  # the latest time the cursor gave: the next must be later
