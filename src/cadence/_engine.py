@@ -509,23 +509,31 @@ class Engine:
         """
         move(task, status)
         task_id = task.entry[2]
-        tasks, history = self._tasks, self._history
         try:
-            del tasks[task_id]
+            del self._tasks[task_id]
         except Exception:
-            kept = [(key, other) for key, other in tasks.items() if other is not task]
-            tasks.clear()  # in place: the queue holds this dict
-            tasks.update(kept)
+            self._drop_by_identity(task)
+        history = self._history
         try:
             history[task_id] = status
         except Exception:
-            collide = hash(task_id)
-            kept_history = [(key, s) for key, s in history.items() if hash(key) != collide]
-            history.clear()
-            history.update(kept_history)
-            history[task_id] = status
+            self._remember_past_collisions(task_id, status)
         if len(history) > self._history_limit:
             history.popitem(last=False)
+
+    def _drop_by_identity(self, task: Task) -> None:
+        """Remove ``task`` from the table without comparing ids (their ``__eq__`` raised)."""
+        kept = [(key, other) for key, other in self._tasks.items() if other is not task]
+        self._tasks.clear()  # in place: the queue holds this dict
+        self._tasks.update(kept)
+
+    def _remember_past_collisions(self, task_id: Hashable, status: Status) -> None:
+        """Put ``task_id`` in the history, forgetting the finished ids it collides with."""
+        collide = hash(task_id)
+        kept = [(key, old) for key, old in self._history.items() if hash(key) != collide]
+        self._history.clear()
+        self._history.update(kept)
+        self._history[task_id] = status
 
     def _repair(self) -> None:
         """Re-establish every invariant after an operation was cut short. O(n log n).
