@@ -277,7 +277,11 @@ def test_failed_runs_are_logged_with_their_traceback(
     assert len(warnings) == 1
     assert warnings[0].exc_info is not None
     assert "ValueError: broken task" in caplog.text
-    assert any(r.levelno == logging.INFO and "will retry" in r.message for r in caplog.records)
+    assert any(
+        r.levelno == logging.INFO and r.message.startswith("task 'bad': run at 1000 retry")
+        for r in caplog.records
+    )
+    assert {r.name for r in caplog.records} <= {"cadence.runs", "cadence.runner"}
 
 
 def test_stats_count_results_and_lag(sched: Scheduler, clock: ManualClock) -> None:

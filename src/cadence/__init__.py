@@ -13,10 +13,12 @@ Policies have a public module each, re-exported here: :mod:`cadence.schedules`
 import importlib as _importlib
 import typing as _typing
 
+from ._calls import RunContext
 from ._clock import ManualClock
+from ._events import Event, EventKind
 from ._scheduler import Scheduler
 from ._stats import Stats, StatsSnapshot
-from ._types import Result, RunOutcome, Status
+from ._types import Result, RunOutcome, Status, TaskInfo
 from .misfire import Misfire
 from .retry import Backoff, NoRetry, RetryPolicy
 from .schedules import Cursor, FixedDelay, FixedRate, Once, Schedule
@@ -42,10 +44,14 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
+__version__ = "0.2.0"
+
 __all__ = [
     "AsyncRunner",
     "Backoff",
     "Cursor",
+    "Event",
+    "EventKind",
     "FixedDelay",
     "FixedRate",
     "ManualClock",
@@ -54,6 +60,7 @@ __all__ = [
     "Once",
     "Result",
     "RetryPolicy",
+    "RunContext",
     "RunOutcome",
     "Runner",
     "Schedule",
@@ -61,4 +68,5 @@ __all__ = [
     "Stats",
     "StatsSnapshot",
     "Status",
+    "TaskInfo",
 ]

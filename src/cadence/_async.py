@@ -123,6 +123,7 @@ class AsyncRunner(Driver):
         if self._virtual:
             self._unsubscribe.append(self._clock.on_change(self._wake))  # type: ignore[attr-defined]
         self._wake()
+        self._started_event()
 
     async def stop(self, timeout: float | None = None) -> bool:
         """Stop dispatching and await the runs in progress.
@@ -137,6 +138,8 @@ class AsyncRunner(Driver):
         Raises the fatal error that stopped the runner, if one did (once).
         """
         self._halt()
+        if self._unsubscribe:  # the first stop() of a started runner
+            self._stopped_event()
         while self._unsubscribe:
             self._unsubscribe.pop()()
         if self._timer is not None:
@@ -253,7 +256,9 @@ class AsyncRunner(Driver):
     async def _finish(self, task: Task, awaitable: Awaitable[Any], started: Time) -> None:
         error: BaseException | None = None
         try:
-            await awaitable
+            value = await awaitable
+            if value is not None:
+                task.value = value
         except BaseException as exc:  # the run's failure; reported (fatal: stops the runner)
             error = exc
         current = asyncio.current_task()

@@ -42,7 +42,7 @@ class ManualClock:
         Raises ``TypeError`` for a non-number, ``ValueError`` for a negative,
         NaN or infinite ``delta``.
         """
-        _validate.delay("delta", delta)
+        delta = _validate.delay("delta", delta)
         with self._lock:
             self._now = now = self._now + delta
         self._notify()
@@ -53,7 +53,7 @@ class ManualClock:
 
         Raises ``TypeError`` for a non-number, ``ValueError`` for NaN or infinity.
         """
-        _validate.finite("t", t)
+        t = _validate.finite("t", t)
         with self._lock:
             self._now = t
         self._notify()

@@ -28,16 +28,21 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from . import _validate
 from ._engine import Task
+from ._events import Event, EventKind
 from ._scheduler import Scheduler, fatal
 from ._stats import Stats, StatsSnapshot
 from ._types import Result, RunOutcome, Time
 from ._validate import LIMIT, time_from
 
-logger = logging.getLogger("cadence")
+logger = logging.getLogger("cadence.runner")
+"""Runner life: starts, stops, fatal errors, clock and executor faults."""
+runs_logger = logging.getLogger("cadence.runs")
+"""One line per run: its start at DEBUG, its end at INFO (failures at WARNING)."""
 
 OnOutcome = Callable[[RunOutcome], object]
 
@@ -219,6 +224,13 @@ class Driver:
         completed = False
         try:
             started = self._now()
+            if runs_logger.isEnabledFor(logging.DEBUG):
+                runs_logger.debug(
+                    "task %r: run at %s starting (lag %s)",
+                    task.task_id,
+                    self._shown(task.entry[0]),
+                    _seconds(started - task.entry[0]),
+                )
             result = self._scheduler._call(task, awaitables=awaitables)
             if result is not None and not isinstance(result, BaseException):
                 completed = True  # handed back: the caller completes it
@@ -245,7 +257,7 @@ class Driver:
             error, finished = exc, started
         try:
             outcome = self._scheduler._complete(task, error, started, finished)
-            self._report(outcome)
+            self._report(outcome, finished)
         finally:
             self._finished(was_running=True)
         return outcome
@@ -258,29 +270,37 @@ class Driver:
         else:  # cancelled while queued
             self._finished(was_running=False)
 
-    def _report(self, outcome: RunOutcome) -> None:
+    def _shown(self, t: Time) -> str:
+        """A time for the log: ISO 8601 UTC on an epoch clock, else the number."""
+        if self._scheduler.epoch:
+            return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+        return repr(t)
+
+    def _report(self, outcome: RunOutcome, finished: Time) -> None:
         """Count and log one outcome, stop on a fatal error, then call ``on_outcome``.
 
-        ``on_outcome``'s exceptions (any ``Exception``) are logged and change
-        nothing; a fatal one stops the runner like a fatal action error.
+        The log line (logger ``cadence.runs``) names the task, the run's time
+        (wall-clock time on an epoch clock), the result, the attempt, how
+        long it ran and its lag: INFO for ``ok`` and ``retry``, WARNING with
+        the traceback for ``failed``. ``on_outcome``'s exceptions (any
+        ``Exception``) are logged and change nothing; a fatal one stops the
+        runner like a fatal action error.
         """
         self._stats.record(outcome)
         error = outcome.error
-        if outcome.result is Result.FAILED:
-            logger.warning(
-                "task %r: run at %r failed (attempt %d)",
+        level = logging.WARNING if outcome.result is Result.FAILED else logging.INFO
+        if runs_logger.isEnabledFor(level):
+            runs_logger.log(
+                level,
+                "task %r: run at %s %s (attempt %d) in %s, lag %s%s",
                 outcome.task_id,
-                outcome.at,
+                self._shown(outcome.at),
+                outcome.result,
                 outcome.attempt,
-                exc_info=error,
-            )
-        elif outcome.result is Result.RETRY:
-            logger.info(
-                "task %r: run at %r failed (attempt %d), will retry: %r",
-                outcome.task_id,
-                outcome.at,
-                outcome.attempt,
-                error,
+                _seconds(finished - outcome.started),
+                _seconds(outcome.lag),
+                "" if error is None else f": {error!r}",
+                exc_info=error if outcome.result is Result.FAILED else None,
             )
         if is_fatal(error):
             assert error is not None
@@ -293,6 +313,14 @@ class Driver:
             except BaseException as exc:
                 self._stop_for(exc, f"on_outcome raised {exc!r}")
 
+    def _started_event(self) -> None:
+        logger.info("%s started", type(self).__name__)
+        self._scheduler._emit(Event(EventKind.SCHEDULER_STARTED))
+
+    def _stopped_event(self) -> None:
+        logger.info("%s stopped", type(self).__name__)
+        self._scheduler._emit(Event(EventKind.SCHEDULER_STOPPED))
+
     def _stop_for(self, error: BaseException, what: str) -> None:
         """A fatal error: log it, keep the first for ``stop()`` to raise, stop claiming."""
         logger.error("%s: the runner stops", what)
@@ -300,3 +328,8 @@ class Driver:
             if self._fatal is None:
                 self._fatal = error
         self._halt()
+
+
+def _seconds(duration: Time) -> str:
+    """A duration for the log, in seconds with three decimals."""
+    return f"{duration:.3f}s"

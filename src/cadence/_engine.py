@@ -35,10 +35,12 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 
+from ._calls import Bound
 from ._policy import Cursor, Plan, RetryPolicy
 from ._queue import Entry, RunQueue
-from ._types import Action, Result, RunOutcome, Status, Time
+from ._types import Action, Result, RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, time_from
+from .schedules import Once
 
 HISTORY = 10_000
 """Finished tasks whose status stays queryable; the oldest is forgotten first.
@@ -112,12 +114,14 @@ class Task:
     outside the queue, so it cannot be claimed.
     """
 
-    __slots__ = ("action", "entry", "plan", "status")
+    __slots__ = ("action", "entry", "last", "plan", "status", "value")
 
     action: Action
     status: Status
     entry: Entry
     plan: Plan | None
+    last: RunOutcome | None  # the latest outcome of its runs
+    value: object  # what the run in flight returned, until its completion takes it
 
     @property
     def task_id(self) -> Hashable:
@@ -146,7 +150,8 @@ class Engine:
         self._backoff = backoff
         self._retry = retry
         self._tasks: dict[Hashable, Task] = {}
-        self._history: OrderedDict[Hashable, Status] = OrderedDict()
+        # Finished ids: (final status, last outcome); never the task, so no action is pinned.
+        self._history: OrderedDict[Hashable, tuple[Status, RunOutcome | None]] = OrderedDict()
         self._history_limit = HISTORY
         self._queue: RunQueue[Task] = RunQueue(self._tasks)
 
@@ -157,7 +162,22 @@ class Engine:
         task = self._tasks.get(task_id)
         if task is not None:
             return task.status
-        return self._history.get(task_id)
+        finished = self._history.get(task_id)
+        return None if finished is None else finished[0]
+
+    def info(self, task_id: Hashable) -> TaskInfo | None:
+        """A :class:`TaskInfo` for the task, or ``None`` if unknown or forgotten. O(1)."""
+        task = self._tasks.get(task_id)
+        if task is not None:
+            return _info(task)
+        finished = self._history.get(task_id)
+        if finished is None:
+            return None
+        return TaskInfo(task_id, finished[0], False, None, None, 0, finished[1])
+
+    def infos(self) -> list[TaskInfo]:
+        """A :class:`TaskInfo` for every unfinished task. O(n)."""
+        return [_info(task) for task in self._tasks.values()]
 
     def next_time(self) -> Time | None:
         """The time of the earliest live run, or ``None``. O(1) amortised."""
@@ -170,21 +190,34 @@ class Engine:
 
     # -- changes ---------------------------------------------------------
 
-    def add(self, task_id: Hashable, action: Action, at: Time, plan: Plan | None = None) -> bool:
+    def add(
+        self,
+        task_id: Hashable,
+        action: Action,
+        at: Time,
+        plan: Plan | None = None,
+        replace: bool = False,
+    ) -> bool:
         """Schedule a task whose first run is at ``at``; ``False`` if the id is unfinished.
 
-        A finished task with the same id is replaced. (A first run already in
-        the past meets the task's misfire policy when it is claimed.)
-        Arguments are trusted (the caller validated them). O(log n).
+        A finished task with the same id is replaced; so is an unfinished one
+        when ``replace`` (it is cancelled first). (A first run already in the
+        past meets the task's misfire policy when it is claimed.) Arguments
+        are trusted (the caller validated them). O(log n).
         """
         if task_id in self._tasks:
-            return False
+            if not replace:
+                return False
+            self.cancel(task_id)
         if task_id in self._history:  # cheaper than pop(task_id, None) when absent
             del self._history[task_id]
         # Built field by field: a third cheaper than an __init__ call, on the hot path.
         task = Task.__new__(Task)
         task.action = action
+        if type(action) is Bound:
+            action.task = task
         task.status = SCHEDULED
+        task.last = task.value = None
         task.plan = plan
         if plan is None:
             task.entry = self._queue.push(at, task_id)
@@ -310,7 +343,8 @@ class Engine:
         move(task, RUNNING)
         return True
 
-    def complete(
+    # The hot path of every run, kept in one frame: a helper call costs ~1 % of a run.
+    def complete(  # noqa: PLR0915
         self, task: Task, error: BaseException | None, started: Time, finished: Time
     ) -> RunOutcome:
         """Record the result of a claimed run and queue what comes next. O(log n).
@@ -326,22 +360,25 @@ class Engine:
         """
         entry = task.entry
         at = entry[0]
+        value = task.value
+        if value is not None:
+            task.value = None
         plan = task.plan
         if plan is None:  # the contract's defaults: no retries, one run
             result = OK if error is None else Result.FAILED
+            task.last = outcome = _new_outcome(
+                RunOutcome, (entry[2], at, result, error, 0, started, 0, value)
+            )
             if task.status is not CANCELLED:
                 self._finish(task, DONE if error is None else FAILED)
-            return _new_outcome(RunOutcome, (entry[2], at, result, error, 0, started, 0))
+            return outcome
         attempt = plan.attempt
         skipped = plan.skipped
         if skipped:
             plan.skipped = 0
         if task.status is CANCELLED:
-            return _new_outcome(
-                RunOutcome,
-                (entry[2], at, OK if error is None else Result.FAILED, error, attempt, started,
-                 skipped),
-            )  # fmt: skip
+            result = OK if error is None else Result.FAILED
+            return self._record(task, result, error, attempt, started, skipped, value)
         # Decide first: every policy call and check happens here, before any change,
         # so a policy that raises (anything) or returns garbage changes nothing but
         # the task's end: failed, with the error on this outcome.
@@ -365,18 +402,17 @@ class Engine:
                         plan.slot = nxt
         except BaseException as exc:  # a policy failed: the task cannot go on
             exc.add_note(f"cadence: a policy of task {entry[2]!r} failed; so did the task")
+            outcome = self._record(task, Result.FAILED, exc, attempt, started, skipped, value)
             self._finish(task, FAILED)
-            return _new_outcome(
-                RunOutcome, (entry[2], at, Result.FAILED, exc, attempt, started, skipped)
-            )
+            return outcome
         # Then change: no user code from here on (see _repair for interrupts).
         if retry is not None:
-            plan.attempt = attempt + 1
-            plan.last_delay = retry[1]
-            self._requeue(task, retry[0])
-            return _new_outcome(
-                RunOutcome, (entry[2], at, RETRY, error, attempt, started, skipped)
-            )
+            outcome = self._record(task, RETRY, error, attempt, started, skipped, value)
+            self._queue_retry(task, plan, attempt, retry)
+            return outcome
+        task.last = outcome = _new_outcome(
+            RunOutcome, (entry[2], at, result, error, attempt, started, skipped, value)
+        )
         if attempt or plan.backlog:
             _end_slot(plan)
         if nxt is None:
@@ -387,7 +423,33 @@ class Engine:
             new = self._queue.push(nxt, entry[2], plan.priority)
             move(task, SCHEDULED)
             task.entry = new
-        return _new_outcome(RunOutcome, (entry[2], at, result, error, attempt, started, skipped))
+        return outcome
+
+    def _record(
+        self,
+        task: Task,
+        result: Result,
+        error: BaseException | None,
+        attempt: int,
+        started: Time,
+        skipped: int,
+        value: object,
+    ) -> RunOutcome:
+        """Make the run's outcome and keep it as the task's last (off the hot path)."""
+        entry = task.entry
+        outcome: RunOutcome = _new_outcome(
+            RunOutcome, (entry[2], entry[0], result, error, attempt, started, skipped, value)
+        )
+        task.last = outcome
+        return outcome
+
+    def _queue_retry(self, task: Task, plan: Plan, attempt: int, retry: tuple[Time, Time]) -> None:
+        """Queue the retry ``(time, delay)`` decided for a failed run."""
+        if not attempt:
+            plan.first_at = task.entry[0]
+        plan.attempt = attempt + 1
+        plan.last_delay = retry[1]
+        self._requeue(task, retry[0])
 
     def _retry_of(self, plan: Plan, at: Time, error: BaseException) -> tuple[Time, Time] | None:
         """The retry of a failed run at ``at`` as ``(time, delay)``, or ``None``: no retry.
@@ -400,6 +462,11 @@ class Engine:
         """
         attempt = plan.attempt
         if attempt >= plan.max_retries or not isinstance(error, Exception) or plan.rescheduled:
+            return None
+        retry_on = plan.retry_on
+        if retry_on is not None and not (
+            isinstance(error, retry_on) if isinstance(retry_on, type | tuple) else retry_on(error)
+        ):
             return None
         delay = self._retry_delay(plan, attempt)
         if delay is None:
@@ -515,9 +582,9 @@ class Engine:
             self._drop_by_identity(task)
         history = self._history
         try:
-            history[task_id] = status
+            history[task_id] = (status, task.last)
         except Exception:
-            self._remember_past_collisions(task_id, status)
+            self._remember_past_collisions(task_id, (status, task.last))
         if len(history) > self._history_limit:
             history.popitem(last=False)
 
@@ -527,7 +594,9 @@ class Engine:
         self._tasks.clear()  # in place: the queue holds this dict
         self._tasks.update(kept)
 
-    def _remember_past_collisions(self, task_id: Hashable, status: Status) -> None:
+    def _remember_past_collisions(
+        self, task_id: Hashable, status: tuple[Status, RunOutcome | None]
+    ) -> None:
         """Put ``task_id`` in the history, forgetting the finished ids it collides with."""
         collide = hash(task_id)
         kept = [(key, old) for key, old in self._history.items() if hash(key) != collide]
@@ -551,7 +620,7 @@ class Engine:
         for task_id, task in list(tasks.items()):
             if task.status in FINISHED:
                 del tasks[task_id]
-                history[task_id] = task.status
+                history[task_id] = (task.status, task.last)
             elif task_id in history:
                 del history[task_id]
         while len(history) > self._history_limit:
@@ -571,8 +640,25 @@ class Engine:
             assert task_id not in self._history
             in_queue = task.status is SCHEDULED and not task.parked
             assert (task.entry in queued) == in_queue, (task_id, task.status)
-        for status in self._history.values():
+        for status, _ in self._history.values():
             assert status in FINISHED
+
+
+def _info(task: Task) -> TaskInfo:
+    """What is known of an unfinished task."""
+    plan = task.plan
+    paused = plan is not None and plan.paused
+    at = task.entry[0]
+    schedule = plan.schedule if plan is not None else None
+    return TaskInfo(
+        task.entry[2],
+        task.status,
+        paused,
+        at if task.status is SCHEDULED and not paused else None,
+        Once(at=at) if schedule is None else schedule,
+        0 if plan is None else plan.attempt,
+        task.last,
+    )
 
 
 def _end_slot(plan: Plan) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from ._types import Time
 
@@ -43,6 +44,12 @@ class Schedule(Protocol):
         ...
 
 
+RetryOn: TypeAlias = (
+    "type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]"
+)
+"""Which failures a task retries: exception types, or a predicate on the error."""
+
+
 @runtime_checkable
 class RetryPolicy(Protocol):
     """How long to wait before retrying a failed run."""
@@ -68,6 +75,7 @@ class Plan:
         "attempt",
         "backlog",
         "cursor",
+        "first_at",
         "last_delay",
         "max_retries",
         "misfire",
@@ -75,6 +83,8 @@ class Plan:
         "priority",
         "rescheduled",
         "retry",
+        "retry_on",
+        "schedule",
         "skipped",
         "slot",
     )
@@ -99,3 +109,6 @@ class Plan:
         self.last_delay: Time | None = None  # the previous retry delay of this slot
         self.rescheduled = False  # rescheduled while running: that run is not retried
         self.slot: Time = -math.inf  # the latest time the cursor gave: the next must be later
+        self.first_at: Time = 0  # the time of the current slot's first run, while it retries
+        self.retry_on: RetryOn | None = None  # None: every Exception is retried
+        self.schedule: object = None  # what the task was scheduled with, for info()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +19,14 @@ MAX_SLEEP = 86_400.0
 """The longest the dispatcher sleeps in one wait (real seconds): below
 ``threading.TIMEOUT_MAX`` on every platform, so a run due in 300 years is
 slept towards a day at a time instead of killing the dispatcher."""
+
+
+class _Terminated(Exception):  # noqa: N818 - a signal, not an error
+    """Raised in the main thread by SIGTERM while :meth:`Runner.run_forever` waits."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 class Runner(Driver):
@@ -117,6 +126,7 @@ class Runner(Driver):
         if self._virtual:
             self._unsubscribe.append(self._clock.on_change(self._poke))  # type: ignore[attr-defined]
         self._thread.start()
+        self._started_event()
 
     def stop(self, wait: bool = True, timeout: float | None = None) -> bool:
         """Stop dispatching; with ``wait``, wait for the runs in progress.
@@ -140,6 +150,8 @@ class Runner(Driver):
             unsubscribe, self._unsubscribe = self._unsubscribe, []
         for undo in unsubscribe:
             undo()
+        if unsubscribe:  # the first stop() of a started runner
+            self._stopped_event()
         thread = self._thread
         if self._is_inside() or thread is threading.current_thread():
             return self._in_flight() <= 1
@@ -153,6 +165,40 @@ class Runner(Driver):
         idle = self._wait_idle(None if deadline is None else max(0.0, deadline - time.monotonic()))
         self._raise_fatal()
         return idle
+
+    def run_forever(self, *, signals: bool = True) -> None:
+        """Start (if need be) and block until the runner stops; then stop cleanly.
+
+        For scripts and services whose main job is the schedule: the
+        dispatcher is a daemon thread, so a script that returns after
+        ``start()`` stops running tasks. Returns after SIGINT (Ctrl-C) or
+        SIGTERM (with ``signals``, when called from the main thread, a SIGTERM
+        handler is installed for the duration and the previous one restored),
+        after :meth:`stop` from another thread or an action, or after a fatal
+        error, which it re-raises. Each way it stops as :meth:`stop` does,
+        waiting for runs in progress.
+
+        Raises ``RuntimeError`` if this runner was stopped before.
+        """
+        if self._thread is None:
+            self.start()
+        elif self._stopping:
+            raise RuntimeError("this Runner was stopped; create a new one")
+        previous = None
+        main = threading.current_thread() is threading.main_thread()
+        if signals and main:
+            previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            thread = self._thread
+            assert thread is not None
+            while thread.is_alive():
+                thread.join(0.5)  # bounded, so a signal is seen promptly
+        except (KeyboardInterrupt, _Terminated):
+            logger.info("signal received: stopping (waiting for runs in progress)")
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            self.stop(wait=True)
 
     def _halt(self) -> None:
         super()._halt()

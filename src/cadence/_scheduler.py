@@ -5,22 +5,34 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from datetime import timedelta
+from types import FunctionType
 from typing import Any, TypeVar
 
 from . import _validate
+from ._calls import prepare
 from ._engine import Engine, Task
-from ._policy import Cursor, Plan, RetryPolicy, Schedule
-from ._types import Action, RunOutcome, Status, Time
+from ._events import Event, EventKind, Listener, deliver, outcome_events
+from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
+from ._types import Action, RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, time_from
 from .misfire import Misfire
 from .schedules import FixedRate, Once
 
 Clock = Callable[[], Time]
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 _PLAIN = frozenset({int, float})
 _NEG_LIMIT = -LIMIT
+_SHAPES = prepare.__globals__["_SHAPES"]  # plain functions already checked: code -> wants run
+_EPOCH_CLOCKS = (time.time,)
+_MONOTONIC_CLOCKS = (time.monotonic, time.perf_counter)
+EPOCH_SUSPECT = 10 * 365 * 86_400
+"""On a monotonic clock, an absolute time this far ahead is taken for an epoch time
+given by mistake (``Once(at=time.time() + 60)``): refused with a clear error."""
+_UNSET: Any = object()
 
 
 def _check_retry(retry: object) -> None:
@@ -45,14 +57,34 @@ def _plan(
     retry: RetryPolicy | None,
     misfire: Misfire | None,
     priority: int,
+    retry_on: RetryOn | None = None,
 ) -> Plan:
     """Validate the policy arguments and build a task's plan."""
     _check_retry(retry)
     if misfire is not None and not isinstance(misfire, Misfire):
         raise TypeError(f"misfire must be a cadence.misfire.Misfire, got {misfire!r}")
     _check_priority(priority)
+    retry_on = _check_retry_on(retry_on)
     limit = None if misfire is None else misfire.limit
-    return Plan(cursor, max_retries, retry, limit, priority)
+    plan = Plan(cursor, max_retries, retry, limit, priority)
+    plan.retry_on = retry_on
+    return plan
+
+
+def _check_retry_on(retry_on: object) -> RetryOn | None:
+    """``None``, an exception type, a tuple of them, or a predicate ``(error) -> bool``."""
+    if retry_on is None or (isinstance(retry_on, type) and issubclass(retry_on, BaseException)):
+        return retry_on
+    if isinstance(retry_on, tuple) and all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in retry_on
+    ):
+        return retry_on
+    if callable(retry_on):
+        return retry_on
+    raise TypeError(
+        "retry_on must be an exception type, a tuple of them, or a function "
+        f"(error) -> bool, got {retry_on!r}"
+    )
 
 
 def _check_priority(priority: object) -> None:
@@ -90,7 +122,7 @@ class Scheduler:
     a ``backoff`` that is not > 0 and finite.
     """
 
-    __slots__ = ("_clock", "_engine", "_listeners", "_lock")
+    __slots__ = ("_clock", "_engine", "_epoch", "_hooks", "_listeners", "_lock")
 
     def __init__(
         self, clock: Clock = time.monotonic, backoff: Time = 1, *, retry: RetryPolicy | None = None
@@ -101,7 +133,11 @@ class Scheduler:
         self._engine = Engine(backoff, retry)
         # An RLock, taken by the interrupt-safe shape of _locked() (see there).
         self._lock = threading.RLock()
-        self._listeners: tuple[Callable[[Time], object], ...] = ()
+        self._listeners: tuple[Callable[[Time], object], ...] = ()  # runners' wake-ups
+        self._hooks: tuple[tuple[Listener, frozenset[EventKind]], ...] = ()  # add_listener
+        self._epoch: bool | None = (
+            True if clock in _EPOCH_CLOCKS else False if clock in _MONOTONIC_CLOCKS else None
+        )
 
     def __repr__(self) -> str:
         pending, head = self._locked(lambda: (len(self._engine), self._engine.next_time()))
@@ -142,41 +178,55 @@ class Scheduler:
     def schedule_once(
         self,
         task_id: Hashable,
-        delay: Time,
+        delay: Time | timedelta,
         action: Action,
         max_retries: int = 0,
         *,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
         retry: RetryPolicy | None = None,
+        retry_on: RetryOn | None = None,
         priority: int = 0,
+        replace_existing: bool = False,
     ) -> bool:
-        """Run ``action(at)`` once at ``at = clock() + delay``.
+        """Run ``action`` once at ``at = clock() + delay``.
 
-        A failing run (the action raises an ``Exception``) is retried up to
-        ``max_retries`` times, each after the delay of ``retry`` (default: the
-        scheduler's, exponential backoff); then the task is ``failed``.
-        ``priority`` orders runs due at the same time: lower first (default
-        0; then scheduling order). Returns ``False``, changing nothing, when a
-        task with this id is scheduled, queued, running or paused; a finished
-        task with this id is replaced.
+        The action is called as ``action(at)``, or as ``action(*args,
+        **kwargs)`` when either is given; if it declares a keyword-only
+        parameter ``run``, it also gets the run's :class:`~cadence.RunContext`
+        there. Its return value is kept on the run's outcome (``value``). The
+        call shape is checked now, against the action's signature. ``delay``
+        may be a ``timedelta``.
+
+        A failing run (the action raises an ``Exception``, of a type
+        ``retry_on`` accepts when given) is retried up to ``max_retries``
+        times, each after the delay of ``retry`` (default: the scheduler's,
+        exponential backoff); then the task is ``failed``. ``priority``
+        orders runs due at the same time: lower first (default 0; then
+        scheduling order). Returns ``False``, changing nothing, when a task
+        with this id is scheduled, queued, running or paused, unless
+        ``replace_existing`` (then that task is cancelled and replaced); a
+        finished task with this id is replaced.
 
         Complexity: O(log n).
 
         Raises ``TypeError`` for an unhashable ``task_id``, a non-number
-        ``delay``, a non-callable ``action``, a non-int ``max_retries`` or
-        ``priority``, or a ``retry`` that is not a retry policy;
-        ``ValueError`` for a negative, NaN or infinite ``delay`` or a negative
-        ``max_retries``. Nothing changes when it raises.
+        ``delay``, a non-callable ``action`` or one that cannot be called
+        as asked, bad ``args``/``kwargs``, a non-int ``max_retries`` or
+        ``priority``, a ``retry`` that is not a retry policy or a bad
+        ``retry_on``; ``ValueError`` for a negative, NaN or infinite
+        ``delay`` or a negative ``max_retries``. Nothing changes when it raises.
         """
         # Fast path for the common valid call; the checks below raise with the message.
         if not (
             type(delay) in _PLAIN
-            and 0 <= delay <= LIMIT
+            and 0 <= delay <= LIMIT  # type: ignore[operator]
             and type(max_retries) is int
             and max_retries >= 0
             and type(priority) is int
             and callable(action)
         ):
-            _validate.delay("delay", delay)
+            delay = _validate.delay("delay", delay)
             _validate.callable_("action", action)
             _validate.count("max_retries", max_retries)
             _check_priority(priority)
@@ -184,30 +234,41 @@ class Scheduler:
             hash(task_id)
         except TypeError:
             _validate.hashable("task_id", task_id)
+        if (
+            args is not None
+            or kwargs is not None
+            or type(action) is not FunctionType
+            or _SHAPES.get(action.__code__) is not False
+        ):
+            action = prepare(action, args, kwargs)  # checked once per function: then cached
         try:  # a float is finite iff at - at == 0; anything else is checked in _at()
-            at = self._clock() + delay
+            at = self._clock() + delay  # type: ignore[operator]
         except TypeError:
-            at = self._at(delay)
+            at = self._at(delay)  # type: ignore[arg-type]
         if at.__class__ is not float or at - at:
-            at = self._at(delay)
-        if max_retries or retry is not None or priority:
-            plan = _plan(None, max_retries, retry, None, priority)
-            return self._add(task_id, at, action, plan)
-        return self._add(task_id, at, action, None)
+            at = self._at(delay)  # type: ignore[arg-type]
+        if max_retries or retry is not None or priority or retry_on is not None:
+            plan = _plan(None, max_retries, retry, None, priority, retry_on)
+            return self._add(task_id, at, action, plan, replace_existing)
+        return self._add(task_id, at, action, None, replace_existing)
 
     def schedule_at_fixed_rate(
         self,
         task_id: Hashable,
-        initial_delay: Time,
-        period: Time,
+        initial_delay: Time | timedelta,
+        period: Time | timedelta,
         action: Action,
         max_retries: int = 0,
         *,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
         retry: RetryPolicy | None = None,
+        retry_on: RetryOn | None = None,
         misfire: Misfire | None = None,
         priority: int = 0,
+        replace_existing: bool = False,
     ) -> bool:
-        """Run ``action(at)`` at slots ``first + k * period``, ``first = clock() + initial_delay``.
+        """Run ``action`` at slots ``first + k * period``, ``first = clock() + initial_delay``.
 
         Slot k is computed by multiplication, so float periods do not drift.
         A slot whose run fails (after ``max_retries`` retries) is skipped and
@@ -215,7 +276,9 @@ class Scheduler:
         jumped ahead or a run took long are caught up, in order, or handled
         as ``misfire`` says (:mod:`cadence.misfire`). The task never overlaps
         itself: a slot is queued when the previous one ends. Returns
-        ``False``, changing nothing, when the id is unfinished.
+        ``False``, changing nothing, when the id is unfinished (unless
+        ``replace_existing``). The other arguments are as in
+        :meth:`schedule_once`; delays may be ``timedelta``.
 
         Complexity: O(log n) per slot.
 
@@ -224,12 +287,24 @@ class Scheduler:
         that is not a :class:`~cadence.misfire.Misfire`.
         """
         _validate.hashable("task_id", task_id)
-        _validate.delay("initial_delay", initial_delay)
-        _validate.positive("period", period)
+        initial_delay = _validate.delay("initial_delay", initial_delay)
+        period = _validate.positive("period", period)
         _validate.callable_("action", action)
         _validate.count("max_retries", max_retries)
         when = FixedRate(period, delay=initial_delay)
-        return self._schedule(task_id, when, action, max_retries, retry, misfire, priority)
+        return self.schedule(
+            task_id,
+            when,
+            action,
+            args=args,
+            kwargs=kwargs,
+            max_retries=max_retries,
+            retry=retry,
+            retry_on=retry_on,
+            misfire=misfire,
+            priority=priority,
+            replace_existing=replace_existing,
+        )
 
     def schedule(
         self,
@@ -237,53 +312,80 @@ class Scheduler:
         when: Schedule,
         action: Action,
         *,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
         max_retries: int = 0,
         retry: RetryPolicy | None = None,
+        retry_on: RetryOn | None = None,
         misfire: Misfire | None = None,
         priority: int = 0,
+        replace_existing: bool = False,
     ) -> bool:
-        """Run ``action(at)`` when ``when`` says: any :mod:`cadence.schedules` schedule.
+        """Run ``action`` when ``when`` says: any :mod:`cadence.schedules` schedule.
 
         ``Once(delay)`` or ``Once(at=t)`` for a one-off task (``at`` is an
-        absolute time on the clock); ``FixedRate(period, start=t)`` for slots
-        from an absolute start; ``FixedDelay(delay)``; ``Cron(...)``
-        (:mod:`cadence.cron`); or your own. ``misfire`` applies to recurring
-        schedules; ``max_retries``, ``retry`` and ``priority`` as in
-        :meth:`schedule_once`. Returns ``False``, changing nothing, when the
-        id is unfinished.
+        absolute time on the clock, or an aware ``datetime``);
+        ``FixedRate(period, start=t)`` for slots from an absolute start;
+        ``FixedDelay(delay)``; ``Cron(...)`` (:mod:`cadence.cron`); or your
+        own. ``misfire`` applies to recurring schedules; the other arguments
+        are as in :meth:`schedule_once`. Returns ``False``, changing nothing,
+        when the id is unfinished (unless ``replace_existing``).
+
+        Schedules that name instants (``Cron``, ``Once(at=datetime)``,
+        ``FixedRate(start=datetime)``) need an epoch clock: on a monotonic one
+        (the default, ``time.monotonic``) they raise ``ValueError``, as does
+        an absolute number more than ten years ahead of a monotonic clock
+        (an epoch time given by mistake). Use ``Scheduler(clock=time.time)``
+        for cron and interval jobs together.
 
         Complexity: O(log n) per run (plus O(missed slots) under a bounded
         misfire policy, and whatever the schedule's cursor costs).
 
         Raises ``TypeError`` for a ``when`` that is not a schedule and for the
         arguments :meth:`schedule_once` rejects; ``ValueError`` for a schedule
-        with no run at all, or a ``misfire`` given with ``Once``. An exception
-        from the schedule's own ``start``/``next`` propagates. Nothing changes
-        when it raises.
+        with no run at all, a ``misfire`` given with ``Once``, or the clock
+        mismatches above. An exception from the schedule's own
+        ``start``/``next`` propagates. Nothing changes when it raises.
         """
         _validate.hashable("task_id", task_id)
         _validate.callable_("action", action)
         _validate.count("max_retries", max_retries)
-        return self._schedule(task_id, when, action, max_retries, retry, misfire, priority)
-
-    def _schedule(
-        self,
-        task_id: Hashable,
-        when: Schedule,
-        action: Action,
-        max_retries: int,
-        retry: RetryPolicy | None,
-        misfire: Misfire | None,
-        priority: int,
-    ) -> bool:
         if isinstance(when, Once) and misfire is not None:
             raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
-        plan = _plan(None, max_retries, retry, misfire, priority)
+        plan = _plan(None, max_retries, retry, misfire, priority, retry_on)
+        action = prepare(action, args, kwargs)
         cursor, first = self._first(when)
-        if cursor is None and not (max_retries or retry is not None or priority):
-            return self._add(task_id, first, action, None)
         plan.cursor = cursor
-        return self._add(task_id, first, action, plan)
+        plan.schedule = when
+        return self._add(task_id, first, action, plan, replace_existing)
+
+    def job(
+        self,
+        when: Schedule,
+        *,
+        task_id: Hashable | None = None,
+        replace_existing: bool = True,
+        **options: Any,
+    ) -> Callable[[F], F]:
+        """Decorate a function to schedule it on ``when``; the function is returned unchanged.
+
+        ``@scheduler.job(FixedRate(60))`` above ``def poll(at): ...`` is
+        ``scheduler.schedule("module.poll", FixedRate(60), poll)``: the task id
+        defaults to the function's module and qualified name, and
+        ``replace_existing`` to ``True``, so declaring the same job again (a
+        reloaded module, a second start-up in one process) replaces it
+        instead of being ignored. ``options`` are :meth:`schedule`'s.
+
+        Complexity: that of :meth:`schedule`. Raises what it raises, when
+        the function is decorated.
+        """
+
+        def register(action: F) -> F:
+            name = task_id if task_id is not None else f"{action.__module__}.{action.__qualname__}"
+            self.schedule(name, when, action, replace_existing=replace_existing, **options)
+            return action
+
+        return register
 
     def _at(self, delay: Time) -> Time:
         """``clock() + delay``, checked: ``TypeError``/``ValueError`` naming the culprit."""
@@ -296,23 +398,45 @@ class Scheduler:
         """Bind ``when`` to a new task: its cursor (``None`` for a one-off) and first run.
 
         Raises ``TypeError`` for a ``when`` that is not a schedule or a first
-        time that is not a number, ``ValueError`` for no first time or one
-        that is not finite; what the schedule itself raises propagates.
+        time that is not a number, ``ValueError`` for no first time, one that
+        is not finite, or a schedule that needs an epoch clock on a
+        monotonic one; what the schedule itself raises propagates.
         """
         now = time_from("the clock", self._clock())
+        if self._epoch is False and getattr(when, "epoch", False):
+            raise ValueError(
+                f"{when!r} runs at wall-clock instants, but this scheduler's clock is "
+                "monotonic: use Scheduler(clock=time.time)"
+            )
         if isinstance(when, Once):
-            return None, time_from(f"{when!r}", when.first(now))
-        cursor = _start(when, now)
-        first = cursor.next(now)
-        if first is None:
-            raise ValueError(f"when has no run time: {when!r}")
-        return cursor, time_from(f"{when!r}: the first run time", first)
+            cursor, first = None, time_from(f"{when!r}", when.first(now))
+        else:
+            cursor = _start(when, now)
+            nxt = cursor.next(now)
+            if nxt is None:
+                raise ValueError(f"when has no run time: {when!r}")
+            first = time_from(f"{when!r}: the first run time", nxt)
+        absolute = getattr(when, "at", None) is not None or getattr(when, "start_at", None)
+        if self._epoch is False and absolute is not None and first - now > EPOCH_SUSPECT:
+            raise ValueError(
+                f"{when!r} first runs at {first!r}, more than ten years after now ({now!r}) on "
+                "this monotonic clock: an epoch time? Use Scheduler(clock=time.time) for "
+                "wall-clock times"
+            )
+        return cursor, first
 
-    def _add(self, task_id: Hashable, at: Time, action: Action, plan: Plan | None) -> bool:
+    def _add(
+        self,
+        task_id: Hashable,
+        at: Time,
+        action: Action,
+        plan: Plan | None,
+        replace: bool = False,
+    ) -> bool:
         lock = self._lock  # the shape of _locked(), inlined: a hot path
         try:
             lock.acquire()
-            if not self._engine.add(task_id, action, at, plan):
+            if not self._engine.add(task_id, action, at, plan, replace):
                 return False
             head = self._engine.next_time() if self._listeners else None
         except BaseException:
@@ -326,6 +450,8 @@ class Scheduler:
                 pass
         if head is not None:
             self._wake(head)
+        if self._hooks:
+            self._emit(Event(EventKind.TASK_ADDED, task_id, at))
         return True
 
     def pause(self, task_id: Hashable) -> bool:
@@ -338,7 +464,7 @@ class Scheduler:
 
         Complexity: O(1) amortised.
         """
-        return self._change(self._engine.pause, task_id)
+        return self._change(self._engine.pause, task_id, event=EventKind.TASK_PAUSED)
 
     def is_paused(self, task_id: Hashable) -> bool:
         """True if the task is unfinished and paused.
@@ -356,7 +482,7 @@ class Scheduler:
 
         Complexity: O(log n), plus O(missed slots) under a bounded misfire policy.
         """
-        return self._change(self._engine.resume, task_id)
+        return self._change(self._engine.resume, task_id, event=EventKind.TASK_RESUMED)
 
     def reschedule(self, task_id: Hashable, when: Schedule) -> bool:
         """Give an unfinished task a new schedule, keeping its id, action and policies.
@@ -377,8 +503,13 @@ class Scheduler:
         cursor, first = self._first(when)
         return self._change(self._engine.reschedule, task_id, cursor, first)
 
-    def _change(self, operation: Callable[..., bool], *args: Any) -> bool:
-        """Run an engine operation under the lock; wake runners if it queued a run."""
+    def _change(
+        self, operation: Callable[..., bool], *args: Any, event: EventKind | None = None
+    ) -> bool:
+        """Run an engine operation under the lock; wake runners if it queued a run.
+
+        ``event`` is emitted (on ``args[0]``, the task id) when it changed something.
+        """
 
         def change() -> tuple[bool, Time | None]:
             return operation(*args), self._engine.next_time() if self._listeners else None
@@ -386,6 +517,8 @@ class Scheduler:
         changed, head = self._locked(change)
         if head is not None:
             self._wake(head)
+        if changed and event is not None and self._hooks:
+            self._emit(Event(event, args[0]))
         return changed
 
     def cancel(self, task_id: Hashable) -> bool:
@@ -403,7 +536,7 @@ class Scheduler:
         lock = self._lock  # the shape of _locked(), inlined: a hot path
         try:
             lock.acquire()
-            return self._engine.cancel(task_id)
+            cancelled = self._engine.cancel(task_id)
         except BaseException:
             if lock._is_owned():  # type: ignore[attr-defined]
                 self._engine._repair()
@@ -413,6 +546,9 @@ class Scheduler:
                 lock.release()
             except RuntimeError:  # acquire() was cut short: nothing to release
                 pass
+        if cancelled and self._hooks:
+            self._emit(Event(EventKind.TASK_REMOVED, task_id))
+        return cancelled
 
     def status(self, task_id: Hashable) -> Status | None:
         """The task's :class:`~cadence.Status`, or ``None`` for an unknown id.
@@ -424,12 +560,88 @@ class Scheduler:
         """
         return self._locked(self._engine.status, task_id)
 
-    def next_run_time(self) -> Time | None:
+    def next_run_time(self, task_id: Hashable = _UNSET) -> Time | None:
         """The time of the earliest live run, or ``None`` if nothing is queued.
+
+        With ``task_id``: that task's next run time, or ``None`` while a run
+        of it is queued or running, while it is paused, once it finished,
+        and for an unknown id.
 
         Complexity: O(1) amortised.
         """
-        return self._locked(self._engine.next_time)
+        if task_id is _UNSET:
+            return self._locked(self._engine.next_time)
+        info = self.info(task_id)
+        return None if info is None else info.next_run_time
+
+    def info(self, task_id: Hashable) -> TaskInfo | None:
+        """What is known of one task: a :class:`~cadence.TaskInfo`, or ``None`` if unknown.
+
+        Unfinished tasks give everything; finished ones (at least the 10,000
+        most recent) their final status and last outcome. Thread-safe.
+
+        Complexity: O(1).
+        """
+        return self._locked(self._engine.info, task_id)
+
+    def tasks(self) -> list[TaskInfo]:
+        """A :class:`~cadence.TaskInfo` for every unfinished task, in no particular order.
+
+        A consistent snapshot, taken under the lock. Complexity: O(n).
+        """
+        return self._locked(self._engine.infos)
+
+    @property
+    def epoch(self) -> bool | None:
+        """Whether the clock reads wall-clock epoch seconds: ``True`` for ``time.time``,
+        ``False`` for ``time.monotonic``/``time.perf_counter``, ``None`` for any other
+        clock (a :class:`~cadence.ManualClock` is whatever the test says)."""
+        return self._epoch
+
+    # -- listeners -------------------------------------------------------
+
+    def add_listener(self, listener: Listener, *kinds: EventKind | str) -> Callable[[], None]:
+        """Call ``listener(event)`` for each :class:`~cadence.Event` of the given kinds.
+
+        No kinds: every kind (:class:`~cadence.EventKind`: task added, removed,
+        paused, resumed; run started, succeeded, failed, retried, skipped;
+        scheduler started, stopped). Listeners work under ``tick`` and under
+        every runner; each is called outside every lock, on the thread where
+        the event happened, and an ``Exception`` it raises is logged (logger
+        ``cadence.events``) and changes nothing. Returns a function that
+        removes the listener.
+
+        Complexity: O(listeners) per event; nothing when there are none.
+
+        Raises ``TypeError`` for a non-callable listener, ``ValueError`` for
+        an unknown kind.
+        """
+        _validate.callable_("listener", listener)
+        try:
+            wanted = frozenset(EventKind(kind) for kind in kinds) or frozenset(EventKind)
+        except ValueError:
+            raise ValueError(
+                f"kinds must be cadence.EventKind values, got {kinds!r}; one of "
+                f"{[str(k) for k in EventKind]}"
+            ) from None
+        entry = (listener, wanted)
+        with self._lock:
+            self._hooks = (*self._hooks, entry)
+
+        def remove() -> None:
+            with self._lock:
+                self._hooks = tuple(h for h in self._hooks if h is not entry)
+
+        return remove
+
+    def _emit(self, event: Event) -> None:
+        """Deliver ``event`` to the listeners (outside the lock)."""
+        deliver(self._hooks, event)
+
+    def _emit_outcome(self, outcome: RunOutcome) -> None:
+        hooks = self._hooks
+        for event in outcome_events(outcome):
+            deliver(hooks, event)
 
     # -- running ---------------------------------------------------------
 
@@ -500,6 +712,8 @@ class Scheduler:
                         pass
                 if head is not None:
                     self._wake(head)
+                if self._hooks:
+                    self._emit_outcome(outcome)
                 if task is None:
                     if stop is not None:
                         raise stop  # recorded as failed; now it propagates
@@ -528,9 +742,14 @@ class Scheduler:
         (the asyncio runner awaits it); otherwise the awaitable is closed and
         the run fails with ``TypeError``: a plain driver cannot await it.
         """
+        if self._hooks:
+            self._emit(Event(EventKind.RUN_STARTED, task.entry[2], task.entry[0]))
         try:
             result = task.action(task.entry[0])
-            if result is None or not inspect.isawaitable(result):
+            if result is None:
+                return None
+            if not inspect.isawaitable(result):
+                task.value = result
                 return None
             if awaitables:
                 return result
@@ -570,6 +789,8 @@ class Scheduler:
                 pass
         if head is not None:
             self._wake(head)
+        if self._hooks:
+            self._emit_outcome(outcome)
         return outcome
 
     # -- wake-ups for runners ----------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any, NamedTuple, TypeAlias
 
@@ -53,7 +54,11 @@ class RunOutcome(NamedTuple):
     ``now`` given to :meth:`Scheduler.tick` under ``tick``. ``started - at``
     is the run's lag. ``skipped`` is the number of a recurring task's slots
     that its misfire policy skipped just before this run (always 0 under the
-    default, catch-up).
+    default, catch-up). ``value`` is what the action returned (for an
+    ``async def`` action, what it returned when awaited), or ``None``.
+
+    On an epoch clock (``time.time``), :meth:`at_datetime` and
+    :meth:`started_datetime` give the times as aware datetimes.
     """
 
     task_id: Hashable
@@ -63,8 +68,36 @@ class RunOutcome(NamedTuple):
     attempt: int
     started: Time
     skipped: int = 0
+    value: object = None
 
     @property
     def lag(self) -> Time:
         """``started - at``: how late the run started. O(1)."""
         return self.started - self.at
+
+    def at_datetime(self, tz: tzinfo = UTC) -> datetime:
+        """``at`` as an aware datetime in ``tz``, for a scheduler on an epoch clock. O(1)."""
+        return datetime.fromtimestamp(self.at, tz)
+
+    def started_datetime(self, tz: tzinfo = UTC) -> datetime:
+        """``started`` as an aware datetime in ``tz``, for a scheduler on an epoch clock. O(1)."""
+        return datetime.fromtimestamp(self.started, tz)
+
+
+class TaskInfo(NamedTuple):
+    """What :meth:`cadence.Scheduler.info` knows about one task.
+
+    ``next_run_time`` is the time of its next run while it is ``scheduled``
+    and not paused (``None`` while a run is queued or running, while paused,
+    and once finished); ``schedule`` is the schedule it runs on (``None``
+    once finished); ``attempt`` the retries used by its current slot;
+    ``last_outcome`` its most recent :class:`RunOutcome`, or ``None``.
+    """
+
+    task_id: Hashable
+    status: Status
+    paused: bool
+    next_run_time: Time | None
+    schedule: object
+    attempt: int
+    last_outcome: RunOutcome | None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Hashable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ._types import Time
@@ -40,8 +41,32 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} digits)"
 
 
+def instant(name: str, value: Any) -> Any:
+    """An aware ``datetime`` as POSIX seconds; any other value as it is.
+
+    Raises ``ValueError`` for a naive datetime (it names no instant). O(1).
+    """
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(
+                f"{name} must be an aware datetime (with a tzinfo, e.g. "
+                f"datetime.now(timezone.utc)), got the naive {value!r}"
+            )
+        return value.timestamp()
+    return value
+
+
+def seconds(value: Any) -> Any:
+    """A ``timedelta`` as float seconds; any other value as it is. O(1)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
 def finite(name: str, value: Any) -> Time:
-    """A number that is not NaN, infinite or beyond float range (``ValueError``)."""
+    """A time: a number that is not NaN, infinite or beyond float range (``ValueError``).
+
+    An aware ``datetime`` is taken as POSIX seconds (a naive one is refused).
+    """
+    value = instant(name, value)
     number(name, value)
     if not -LIMIT <= value <= LIMIT:
         raise ValueError(f"{name} must be a finite number, got {_short(value)}")
@@ -49,7 +74,8 @@ def finite(name: str, value: Any) -> Time:
 
 
 def delay(name: str, value: Any) -> Time:
-    """A finite number >= 0: ``TypeError`` for a non-number, ``ValueError`` otherwise."""
+    """A finite number >= 0, or a ``timedelta`` as seconds: ``TypeError``/``ValueError``."""
+    value = seconds(value)
     number(name, value)
     if not 0 <= value <= LIMIT:
         raise ValueError(f"{name} must be a finite number >= 0, got {_short(value)}")
@@ -57,7 +83,8 @@ def delay(name: str, value: Any) -> Time:
 
 
 def positive(name: str, value: Any) -> Time:
-    """A finite number > 0: ``TypeError`` for a non-number, ``ValueError`` otherwise."""
+    """A finite number > 0, or a ``timedelta`` as seconds: ``TypeError``/``ValueError``."""
+    value = seconds(value)
     number(name, value)
     if not 0 < value <= LIMIT:
         raise ValueError(f"{name} must be a finite number > 0, got {_short(value)}")

@@ -63,6 +63,9 @@ class Cron:
 
     __slots__ = ("expression", "zone")
 
+    epoch = True
+    """Cron runs on wall-clock epoch time: a scheduler on a monotonic clock refuses it."""
+
     def __init__(self, expression: str, tz: str | tzinfo = "UTC") -> None:
         if not isinstance(expression, str):
             raise TypeError(f"expression must be a str, got {expression!r}")
@@ -98,7 +101,7 @@ class Cron:
         is valid but never matches, e.g. ``0 0 * 2 MON#5`` after 2044: cronsim
         looks 50 years ahead).
         """
-        _validate.finite("t", t)
+        t = _validate.finite("t", t)
         try:
             local = datetime.fromtimestamp(t, self.zone).replace(tzinfo=None)
         except (OverflowError, OSError, ValueError):

@@ -20,6 +20,8 @@ scheduler's lock: keep them quick and pure.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from . import _validate
 from ._policy import Cursor, Schedule
 from ._types import Time
@@ -32,11 +34,12 @@ class Once:
     NaN or infinite ``delay`` or a NaN or infinite ``at``, or for both given.
     """
 
-    __slots__ = ("at", "delay")
+    __slots__ = ("at", "delay", "epoch")
 
-    def __init__(self, delay: Time = 0, *, at: Time | None = None) -> None:
+    def __init__(self, delay: Time | timedelta = 0, *, at: Time | datetime | None = None) -> None:
         self.delay = _validate.delay("delay", delay)
         self.at = None if at is None else _validate.finite("at", at)
+        self.epoch = isinstance(at, datetime)  # an instant: needs an epoch clock
         if at is not None and delay:
             raise ValueError(f"give delay or at, not both (delay={delay!r}, at={at!r})")
 
@@ -76,12 +79,19 @@ class FixedRate:
     non-finite ``start``, or both ``delay`` and ``start``.
     """
 
-    __slots__ = ("delay", "period", "start_at")
+    __slots__ = ("delay", "epoch", "period", "start_at")
 
-    def __init__(self, period: Time, *, delay: Time = 0, start: Time | None = None) -> None:
+    def __init__(
+        self,
+        period: Time | timedelta,
+        *,
+        delay: Time | timedelta = 0,
+        start: Time | datetime | None = None,
+    ) -> None:
         self.period = _validate.positive("period", period)
         self.delay = _validate.delay("delay", delay)
         self.start_at = None if start is None else _validate.finite("start", start)
+        self.epoch = isinstance(start, datetime)  # an instant: needs an epoch clock
         if start is not None and delay:
             raise ValueError(f"give delay or start, not both (delay={delay!r}, start={start!r})")
 
@@ -123,7 +133,7 @@ class FixedDelay:
 
     __slots__ = ("delay", "initial_delay")
 
-    def __init__(self, delay: Time, *, initial_delay: Time = 0) -> None:
+    def __init__(self, delay: Time | timedelta, *, initial_delay: Time | timedelta = 0) -> None:
         self.delay = _validate.positive("delay", delay)
         self.initial_delay = _validate.delay("initial_delay", initial_delay)
 

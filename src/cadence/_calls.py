@@ -1,0 +1,168 @@
+"""How an action is called: its call shape, checked when it is scheduled.
+
+By default an action is called as ``action(at)`` (the contract). With
+``args=``/``kwargs=`` it is called as ``action(*args, **kwargs)`` instead, so
+existing functions need no wrapper. Either way, an action that declares a
+keyword-only parameter named ``run`` also gets the run's facts in it, as a
+:class:`RunContext` (task id, time, slot, attempt, idempotency key).
+
+The shape is checked against the action's signature when the task is
+scheduled, so ``def report():`` scheduled without ``args=()`` is a
+``TypeError`` at once, not hours later. The check of a plain function is
+cached per code object: scheduling the same function again costs one dict
+lookup.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from types import CodeType, FunctionType, MethodType
+from typing import Any, NamedTuple
+
+from ._types import Action, Time
+
+_SHAPES: dict[tuple[CodeType, bool], bool] = {}
+"""(code, bound method?) -> wants ``run``, for plain ``action(at)`` calls that bind."""
+_SHAPES_MAX = 4096
+"""Cached code objects at most (programs that compile code at run time stay bounded)."""
+
+
+class RunContext(NamedTuple):
+    """The facts of one run, for an action that declares a keyword-only ``run`` parameter.
+
+    ``at`` is this run's time (its slot, or its retry time); ``slot`` the time
+    of the slot it belongs to (the same for every retry of that slot);
+    ``attempt`` is 0 for a slot's first run and r for its r-th retry;
+    ``key`` is ``"<task_id>@<slot>"``: the same for every attempt of a slot,
+    so effects written with it can be deduplicated.
+    """
+
+    task_id: Hashable
+    at: Time
+    slot: Time
+    attempt: int
+
+    @property
+    def key(self) -> str:
+        """The slot's idempotency key, ``f"{task_id}@{slot!r}"``. O(1)."""
+        return f"{self.task_id}@{self.slot!r}"
+
+
+class Bound:
+    """An action with its arguments and call shape, callable as ``bound(at)``.
+
+    Made at scheduling time when the action needs more than ``action(at)``.
+    ``task`` is the engine's task it belongs to (set by the engine when the
+    task is made): a run's facts are read from it when the action asked for
+    them with a keyword-only ``run`` parameter.
+    """
+
+    __slots__ = ("action", "args", "kwargs", "pass_at", "task", "wants_run")
+
+    def __init__(
+        self,
+        action: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        pass_at: bool,
+        wants_run: bool,
+    ) -> None:
+        self.action = action
+        self.args = args
+        self.kwargs = kwargs
+        self.pass_at = pass_at
+        self.wants_run = wants_run
+        self.task: Any = None
+
+    def __repr__(self) -> str:
+        return f"<{self.action!r} args={self.args!r} kwargs={self.kwargs!r}>"
+
+    def __call__(self, at: Time) -> Any:
+        args = (at, *self.args) if self.pass_at else self.args
+        if not self.wants_run:
+            return self.action(*args, **self.kwargs)
+        return self.action(*args, **self.kwargs, run=facts(self.task, at))
+
+
+def facts(task: Any, at: Time) -> RunContext:
+    """The :class:`RunContext` of ``task``'s run at ``at`` (an engine task). O(1)."""
+    plan = task.plan
+    attempt = 0 if plan is None else plan.attempt
+    slot = at if not attempt else plan.first_at
+    return RunContext(task.entry[2], at, slot, attempt)
+
+
+def _signature(action: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(action)
+    except (TypeError, ValueError):  # no signature (some builtins): trust the caller
+        return None
+
+
+def _wants_run(signature: inspect.Signature | None) -> bool:
+    if signature is None:
+        return False
+    run = signature.parameters.get("run")
+    return run is not None and run.kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def _bind(
+    signature: inspect.Signature | None, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    if signature is None:
+        return
+    extra = {"run": None} if _wants_run(signature) else {}
+    signature.bind(*args, **kwargs, **extra)
+
+
+def prepare(action: Action, args: Any, kwargs: Any) -> Action:
+    """The callable a task stores for ``action``: itself, or a :class:`Bound`.
+
+    Raises ``TypeError`` when ``args`` is not a list or tuple, ``kwargs`` not
+    a mapping with str keys, or the action cannot be called with them (or,
+    without them, as ``action(at)``), naming the action and its signature.
+    O(1) for a plain function called as ``action(at)`` (cached); otherwise
+    one signature inspection (microseconds).
+    """
+    if args is None and kwargs is None:
+        if type(action) is FunctionType:
+            key = (action.__code__, False)
+        elif type(action) is MethodType:
+            key = (action.__func__.__code__, True)
+        else:
+            key = None
+        wants = _SHAPES.get(key) if key is not None else None
+        if wants is None:
+            signature = _signature(action)
+            try:
+                _bind(signature, (0,), {})
+            except TypeError:
+                raise TypeError(
+                    f"action {action!r} cannot be called as action(at) (its signature is "
+                    f"{signature}); pass args=/kwargs= for the arguments it takes, e.g. args=()"
+                ) from None
+            wants = _wants_run(signature)
+            if key is not None:
+                if len(_SHAPES) >= _SHAPES_MAX:
+                    _SHAPES.clear()
+                _SHAPES[key] = wants
+        return Bound(action, (), {}, pass_at=True, wants_run=True) if wants else action
+    args = () if args is None else args
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(args, list | tuple):
+        raise TypeError(f"args must be a list or tuple, got {args!r} ({type(args).__name__})")
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise TypeError(f"kwargs must be a mapping with str keys, got {kwargs!r}")
+    if "run" in kwargs:
+        raise TypeError("kwargs must not hold 'run': it is given to actions that declare it")
+    signature = _signature(action)
+    try:
+        _bind(signature, args, kwargs)
+    except TypeError as exc:
+        raise TypeError(
+            f"action {action!r} cannot be called with args={args!r}, kwargs={dict(kwargs)!r}: "
+            f"{exc} (its signature is {signature})"
+        ) from None
+    return Bound(action, tuple(args), dict(kwargs), pass_at=False, wants_run=_wants_run(signature))
