@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from . import _validate
 from ._types import Time
@@ -18,13 +19,16 @@ class ManualClock:
     (it subscribes through :meth:`on_change`), so thread and asyncio logic can
     be tested step by step without real sleeps.
 
+    Times may be given as aware ``datetime`` objects (taken as epoch
+    seconds) and deltas as ``timedelta`` (seconds).
+
     Raises ``TypeError`` when ``start`` is not a number (int or float, not bool)
     and ``ValueError`` when it is NaN or infinite.
     """
 
     __slots__ = ("_listeners", "_lock", "_now")
 
-    def __init__(self, start: Time = 0) -> None:
+    def __init__(self, start: Time | datetime = 0) -> None:
         self._now: Time = _validate.finite("start", start)
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], object]] = []
@@ -36,7 +40,7 @@ class ManualClock:
     def __repr__(self) -> str:
         return f"ManualClock({self._now!r})"
 
-    def advance(self, delta: Time) -> Time:
+    def advance(self, delta: Time | timedelta) -> Time:
         """Move the clock forward by ``delta`` and return the new time. O(listeners).
 
         Raises ``TypeError`` for a non-number, ``ValueError`` for a negative,
@@ -48,7 +52,7 @@ class ManualClock:
         self._notify()
         return now
 
-    def set(self, t: Time) -> None:
+    def set(self, t: Time | datetime) -> None:
         """Jump to time ``t`` (forwards or backwards). O(listeners).
 
         Raises ``TypeError`` for a non-number, ``ValueError`` for NaN or infinity.

@@ -15,7 +15,7 @@ from ._calls import prepare
 from ._engine import Engine, Task
 from ._events import Event, EventKind, Listener, deliver, outcome_events
 from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
-from ._types import Action, RunOutcome, Status, TaskInfo, Time
+from ._types import RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, time_from
 from .misfire import Misfire
 from .schedules import FixedRate, Once
@@ -117,15 +117,27 @@ class Scheduler:
     sleeps, starts no thread and calls actions outside its lock, so an action
     may call any method of the scheduler.
 
+    ``epoch`` says whether the clock reads wall-clock epoch seconds; by
+    default it is known for ``time.time`` (yes) and ``time.monotonic`` /
+    ``time.perf_counter`` (no), and unknown otherwise. Schedules that name
+    instants (cron, datetimes) are refused on a clock known not to be epoch;
+    an epoch clock's times are logged as wall-clock times.
+
     Raises ``TypeError`` for a non-callable ``clock``, a non-number
-    ``backoff`` or a ``retry`` that is not a retry policy, ``ValueError`` for
-    a ``backoff`` that is not > 0 and finite.
+    ``backoff``, a ``retry`` that is not a retry policy or an ``epoch`` that
+    is not a bool or ``None``; ``ValueError`` for a ``backoff`` that is not
+    > 0 and finite.
     """
 
     __slots__ = ("_clock", "_engine", "_epoch", "_hooks", "_listeners", "_lock")
 
     def __init__(
-        self, clock: Clock = time.monotonic, backoff: Time = 1, *, retry: RetryPolicy | None = None
+        self,
+        clock: Clock = time.monotonic,
+        backoff: Time = 1,
+        *,
+        retry: RetryPolicy | None = None,
+        epoch: bool | None = None,
     ) -> None:
         self._clock = _validate.callable_("clock", clock)
         _validate.positive("backoff", backoff)
@@ -135,9 +147,13 @@ class Scheduler:
         self._lock = threading.RLock()
         self._listeners: tuple[Callable[[Time], object], ...] = ()  # runners' wake-ups
         self._hooks: tuple[tuple[Listener, frozenset[EventKind]], ...] = ()  # add_listener
-        self._epoch: bool | None = (
-            True if clock in _EPOCH_CLOCKS else False if clock in _MONOTONIC_CLOCKS else None
-        )
+        if epoch is not None and not isinstance(epoch, bool):
+            raise TypeError(f"epoch must be True, False or None, got {epoch!r}")
+        if epoch is None:
+            epoch = (
+                True if clock in _EPOCH_CLOCKS else False if clock in _MONOTONIC_CLOCKS else None
+            )
+        self._epoch = epoch
 
     def __repr__(self) -> str:
         pending, head = self._locked(lambda: (len(self._engine), self._engine.next_time()))
@@ -179,7 +195,7 @@ class Scheduler:
         self,
         task_id: Hashable,
         delay: Time | timedelta,
-        action: Action,
+        action: Callable[..., object],
         max_retries: int = 0,
         *,
         args: Sequence[Any] | None = None,
@@ -257,7 +273,7 @@ class Scheduler:
         task_id: Hashable,
         initial_delay: Time | timedelta,
         period: Time | timedelta,
-        action: Action,
+        action: Callable[..., object],
         max_retries: int = 0,
         *,
         args: Sequence[Any] | None = None,
@@ -310,7 +326,7 @@ class Scheduler:
         self,
         task_id: Hashable,
         when: Schedule,
-        action: Action,
+        action: Callable[..., object],
         *,
         args: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
@@ -429,7 +445,7 @@ class Scheduler:
         self,
         task_id: Hashable,
         at: Time,
-        action: Action,
+        action: Callable[..., object],
         plan: Plan | None,
         replace: bool = False,
     ) -> bool:
@@ -593,9 +609,7 @@ class Scheduler:
 
     @property
     def epoch(self) -> bool | None:
-        """Whether the clock reads wall-clock epoch seconds: ``True`` for ``time.time``,
-        ``False`` for ``time.monotonic``/``time.perf_counter``, ``None`` for any other
-        clock (a :class:`~cadence.ManualClock` is whatever the test says)."""
+        """Whether the clock reads wall-clock epoch seconds (see the ``epoch`` argument)."""
         return self._epoch
 
     # -- listeners -------------------------------------------------------
