@@ -33,3 +33,17 @@ def test_policy_doc_examples_run() -> None:
     assert len(found) >= 6
     for block in found:
         exec(compile(block, "docs/policies.md", "exec"), {})
+
+
+def test_guide_examples_run() -> None:
+    found = blocks(ROOT / "docs" / "guide.md")
+    assert len(found) >= 7
+    for block in found:
+        exec(compile(block, "docs/guide.md", "exec"), {})
+
+
+def test_migration_examples_run() -> None:
+    found = blocks(ROOT / "docs" / "migrating.md")
+    assert len(found) == 2  # the "after" programs; the "before" ones are ```py
+    for block in found:
+        exec(compile(block, "docs/migrating.md", "exec"), {})

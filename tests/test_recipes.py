@@ -1,0 +1,111 @@
+"""Every recipe in docs/recipes.md runs, against the real framework where there is one."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+import types
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.test_readme import blocks
+
+RECIPES = pathlib.Path(__file__).parent.parent / "docs" / "recipes.md"
+
+
+def recipe(title: str) -> str:
+    """The python block of the recipe whose heading starts with ``title``."""
+    section = RECIPES.read_text().split("\n## " + title, 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    return block
+
+
+def module(name: str, code: str) -> Any:
+    mod = types.ModuleType(name)
+    exec(compile(code, f"docs/recipes.md ({name})", "exec"), mod.__dict__)
+    return mod
+
+
+def test_every_block_is_tested() -> None:
+    assert len(blocks(RECIPES)) == 5
+
+
+def test_fastapi_lifespan() -> None:
+    from fastapi.testclient import TestClient
+
+    app = module("recipe_fastapi", recipe("FastAPI")).app
+    with TestClient(app) as client:
+        got = client.get("/jobs").json()
+    assert [job["id"] for job in got] == ["refresh-cache"]
+    assert got[0]["next"] > datetime.now(UTC).timestamp()
+
+
+def test_django_app_config(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import django
+    from django.conf import settings
+
+    package = tmp_path / "recipeapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "apps.py").write_text(recipe("Django"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings.configure(INSTALLED_APPS=["recipeapp.apps.JobsConfig"])
+    django.setup()
+    apps = sys.modules["recipeapp.apps"]
+    try:
+        assert apps.runner.is_running
+        assert apps.scheduler.status("purge-sessions") == "scheduled"
+    finally:
+        apps.runner.stop()
+
+
+def test_flask_factory() -> None:
+    app = module("recipe_flask", recipe("Flask")).create_app()
+    try:
+        assert app.test_client().get("/jobs").get_json() == ["heartbeat"]
+        assert app.extensions["cadence"].is_running
+    finally:
+        app.extensions["cadence"].stop()
+
+
+def test_gunicorn_workers_elect_one_scheduler(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "election.py").write_text(recipe("gunicorn"))
+    worker = textwrap.dedent(
+        """
+        import sys
+        from election import claim_scheduler
+        print(claim_scheduler(), flush=True)
+        sys.stdin.readline()  # stay alive (holding the lock) until the test is done
+        """
+    )
+    env = {"CADENCE_LOCK": str(tmp_path / "lock"), "PYTHONPATH": str(tmp_path)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", worker],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(3)
+    ]
+    try:
+        answers = [proc.stdout.readline().strip() for proc in procs if proc.stdout]
+    finally:
+        for proc in procs:
+            proc.communicate("\n", timeout=10)
+    assert sorted(answers) == ["False", "False", "True"]
+
+
+def test_celery_beat_schedule_ported() -> None:
+    mod = module("recipe_celery", recipe("Celery"))
+    scheduler = mod.scheduler
+    assert {t.task_id for t in scheduler.tasks()} == {"add-every-30-seconds", "nightly-report"}
+    nightly = scheduler.next_run_time("nightly-report")
+    assert datetime.fromtimestamp(nightly, UTC).strftime("%H:%M:%S") == "03:00:00"
+    assert mod.add(16, 16) == 32
