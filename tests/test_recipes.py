@@ -22,7 +22,7 @@ def recipe(title: str) -> str:
     """The python block of the recipe whose heading starts with ``title``."""
     section = RECIPES.read_text().split("\n## " + title, 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    return block
+    return str(block)
 
 
 def module(name: str, code: str) -> Any:
