@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from types import CodeType, FunctionType, MethodType
+from types import CodeType, FunctionType
 from typing import Any, NamedTuple
 
 from ._types import Action, Time
 
-_SHAPES: dict[tuple[CodeType, bool], bool] = {}
-"""(code, bound method?) -> wants ``run``, for plain ``action(at)`` calls that bind."""
+SHAPES: dict[int, tuple[CodeType, bool]] = {}
+"""Plain functions whose ``action(at)`` call binds: ``id(code) -> (code, wants run)``.
+
+Keyed by the code object's id, not the code object: CPython recomputes a code
+object's hash on every lookup (~1,500 instructions), an int's is free. The code
+is kept in the value, so its id cannot be reused while it is cached. Bound
+methods are not cached (their ``self`` shifts the binding)."""
 _SHAPES_MAX = 4096
 """Cached code objects at most (programs that compile code at run time stay bounded)."""
 
@@ -127,13 +132,9 @@ def prepare(action: Action, args: Any, kwargs: Any) -> Action:
     one signature inspection (microseconds).
     """
     if args is None and kwargs is None:
-        if type(action) is FunctionType:
-            key = (action.__code__, False)
-        elif type(action) is MethodType:
-            key = (action.__func__.__code__, True)
-        else:
-            key = None
-        wants = _SHAPES.get(key) if key is not None else None
+        code = action.__code__ if type(action) is FunctionType else None
+        cached = SHAPES.get(id(code)) if code is not None else None
+        wants = cached[1] if cached is not None and cached[0] is code else None
         if wants is None:
             signature = _signature(action)
             try:
@@ -144,10 +145,10 @@ def prepare(action: Action, args: Any, kwargs: Any) -> Action:
                     f"{signature}); pass args=/kwargs= for the arguments it takes, e.g. args=()"
                 ) from None
             wants = _wants_run(signature)
-            if key is not None:
-                if len(_SHAPES) >= _SHAPES_MAX:
-                    _SHAPES.clear()
-                _SHAPES[key] = wants
+            if code is not None:
+                if len(SHAPES) >= _SHAPES_MAX:
+                    SHAPES.clear()
+                SHAPES[id(code)] = (code, wants)
         return Bound(action, (), {}, pass_at=True, wants_run=True) if wants else action
     args = () if args is None else args
     kwargs = {} if kwargs is None else kwargs

@@ -150,8 +150,9 @@ class Engine:
         self._backoff = backoff
         self._retry = retry
         self._tasks: dict[Hashable, Task] = {}
-        # Finished ids: (final status, last outcome); never the task, so no action is pinned.
-        self._history: OrderedDict[Hashable, tuple[Status, RunOutcome | None]] = OrderedDict()
+        # Finished ids: their final status only. Not the task (it would pin its action),
+        # not its last outcome (keeping one per finished task costs ~5 % of every run).
+        self._history: OrderedDict[Hashable, Status] = OrderedDict()
         self._history_limit = HISTORY
         self._queue: RunQueue[Task] = RunQueue(self._tasks)
 
@@ -162,8 +163,7 @@ class Engine:
         task = self._tasks.get(task_id)
         if task is not None:
             return task.status
-        finished = self._history.get(task_id)
-        return None if finished is None else finished[0]
+        return self._history.get(task_id)
 
     def info(self, task_id: Hashable) -> TaskInfo | None:
         """A :class:`TaskInfo` for the task, or ``None`` if unknown or forgotten. O(1)."""
@@ -173,7 +173,7 @@ class Engine:
         finished = self._history.get(task_id)
         if finished is None:
             return None
-        return TaskInfo(task_id, finished[0], False, None, None, 0, finished[1])
+        return TaskInfo(task_id, finished, False, None, None, 0, None)
 
     def infos(self) -> list[TaskInfo]:
         """A :class:`TaskInfo` for every unfinished task. O(n)."""
@@ -582,9 +582,9 @@ class Engine:
             self._drop_by_identity(task)
         history = self._history
         try:
-            history[task_id] = (status, task.last)
+            history[task_id] = status
         except Exception:
-            self._remember_past_collisions(task_id, (status, task.last))
+            self._remember_past_collisions(task_id, status)
         if len(history) > self._history_limit:
             history.popitem(last=False)
 
@@ -594,9 +594,7 @@ class Engine:
         self._tasks.clear()  # in place: the queue holds this dict
         self._tasks.update(kept)
 
-    def _remember_past_collisions(
-        self, task_id: Hashable, status: tuple[Status, RunOutcome | None]
-    ) -> None:
+    def _remember_past_collisions(self, task_id: Hashable, status: Status) -> None:
         """Put ``task_id`` in the history, forgetting the finished ids it collides with."""
         collide = hash(task_id)
         kept = [(key, old) for key, old in self._history.items() if hash(key) != collide]
@@ -620,7 +618,7 @@ class Engine:
         for task_id, task in list(tasks.items()):
             if task.status in FINISHED:
                 del tasks[task_id]
-                history[task_id] = (task.status, task.last)
+                history[task_id] = task.status
             elif task_id in history:
                 del history[task_id]
         while len(history) > self._history_limit:
@@ -640,7 +638,7 @@ class Engine:
             assert task_id not in self._history
             in_queue = task.status is SCHEDULED and not task.parked
             assert (task.entry in queued) == in_queue, (task_id, task.status)
-        for status, _ in self._history.values():
+        for status in self._history.values():
             assert status in FINISHED
 
 

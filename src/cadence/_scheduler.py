@@ -15,7 +15,7 @@ from ._calls import prepare
 from ._engine import Engine, Task
 from ._events import Event, EventKind, Listener, deliver, outcome_events
 from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
-from ._types import RunOutcome, Status, TaskInfo, Time
+from ._types import Action, RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, time_from
 from .misfire import Misfire
 from .schedules import FixedRate, Once
@@ -26,7 +26,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _PLAIN = frozenset({int, float})
 _NEG_LIMIT = -LIMIT
-_SHAPES = prepare.__globals__["_SHAPES"]  # plain functions already checked: code -> wants run
 _EPOCH_CLOCKS = (time.time,)
 _MONOTONIC_CLOCKS = (time.monotonic, time.perf_counter)
 EPOCH_SUSPECT = 10 * 365 * 86_400
@@ -129,7 +128,7 @@ class Scheduler:
     > 0 and finite.
     """
 
-    __slots__ = ("_clock", "_engine", "_epoch", "_hooks", "_listeners", "_lock")
+    __slots__ = ("_clock", "_engine", "_epoch", "_hooks", "_listeners", "_lock", "_plain_code")
 
     def __init__(
         self,
@@ -147,6 +146,7 @@ class Scheduler:
         self._lock = threading.RLock()
         self._listeners: tuple[Callable[[Time], object], ...] = ()  # runners' wake-ups
         self._hooks: tuple[tuple[Listener, frozenset[EventKind]], ...] = ()  # add_listener
+        self._plain_code: object = None  # the code of the last function checked as action(at)
         if epoch is not None and not isinstance(epoch, bool):
             raise TypeError(f"epoch must be True, False or None, got {epoch!r}")
         if epoch is None:
@@ -254,9 +254,9 @@ class Scheduler:
             args is not None
             or kwargs is not None
             or type(action) is not FunctionType
-            or _SHAPES.get(action.__code__) is not False
+            or action.__code__ is not self._plain_code
         ):
-            action = prepare(action, args, kwargs)  # checked once per function: then cached
+            action = self._prepare(action, args, kwargs)
         try:  # a float is finite iff at - at == 0; anything else is checked in _at()
             at = self._clock() + delay  # type: ignore[operator]
         except TypeError:
@@ -369,7 +369,7 @@ class Scheduler:
         if isinstance(when, Once) and misfire is not None:
             raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
         plan = _plan(None, max_retries, retry, misfire, priority, retry_on)
-        action = prepare(action, args, kwargs)
+        action = self._prepare(action, args, kwargs)
         cursor, first = self._first(when)
         plan.cursor = cursor
         plan.schedule = when
@@ -402,6 +402,18 @@ class Scheduler:
             return action
 
         return register
+
+    def _prepare(self, action: Any, args: Any, kwargs: Any) -> Action:
+        """Check the action's call shape (:func:`cadence._calls.prepare`).
+
+        Remembers the code of the last plain ``action(at)`` function, so that
+        scheduling the same function again costs one identity test; other
+        functions hit ``prepare``'s cache (O(1)).
+        """
+        prepared = prepare(action, args, kwargs)
+        if prepared is action and type(action) is FunctionType:
+            self._plain_code = action.__code__
+        return prepared
 
     def _at(self, delay: Time) -> Time:
         """``clock() + delay``, checked: ``TypeError``/``ValueError`` naming the culprit."""
@@ -594,7 +606,7 @@ class Scheduler:
         """What is known of one task: a :class:`~cadence.TaskInfo`, or ``None`` if unknown.
 
         Unfinished tasks give everything; finished ones (at least the 10,000
-        most recent) their final status and last outcome. Thread-safe.
+        most recent) their final status. Thread-safe.
 
         Complexity: O(1).
         """

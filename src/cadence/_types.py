@@ -91,7 +91,10 @@ class TaskInfo(NamedTuple):
     and not paused (``None`` while a run is queued or running, while paused,
     and once finished); ``schedule`` is the schedule it runs on (``None``
     once finished); ``attempt`` the retries used by its current slot;
-    ``last_outcome`` its most recent :class:`RunOutcome`, or ``None``.
+    ``last_outcome`` its most recent :class:`RunOutcome` while it is
+    unfinished (``None`` before its first run, and once it finished: only
+    the final status of finished tasks is kept; keep outcomes with a
+    listener or ``on_outcome``).
     """
 
     task_id: Hashable
