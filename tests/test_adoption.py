@@ -382,3 +382,17 @@ def test_runs_are_logged_like_an_operator_log(caplog: Any) -> None:
     ]
     assert [r.levelname for r in caplog.records if r.name == "cadence.runs"] == ["DEBUG", "INFO"]
     assert rows(seen.outcomes) == [("report", start, "ok", 0)]
+
+
+def test_the_runs_facts_follow_retries_through_schedule_once() -> None:
+    s = Scheduler(clock=ManualClock(0))
+    seen: list[tuple[int, Any]] = []
+
+    def flaky(at: Any, *, run: RunContext) -> None:
+        seen.append((run.attempt, run.slot))
+        if run.attempt == 0:
+            raise ConnectionError
+
+    s.schedule_once("t", 5, flaky, max_retries=1)
+    s.tick(10)
+    assert seen == [(0, 5), (1, 5)]

@@ -58,12 +58,13 @@ class Bound:
     """An action with its arguments and call shape, callable as ``bound(at)``.
 
     Made at scheduling time when the action needs more than ``action(at)``.
-    ``task`` is the engine's task it belongs to (set by the engine when the
-    task is made): a run's facts are read from it when the action asked for
-    them with a keyword-only ``run`` parameter.
+    ``task_id`` and ``plan`` (the task's plan, ``None`` for a plain one-off)
+    are set by the scheduler (:meth:`bind`) before the task is added: a run's
+    facts are read from them when the action asked for them with a
+    keyword-only ``run`` parameter.
     """
 
-    __slots__ = ("action", "args", "kwargs", "pass_at", "task", "wants_run")
+    __slots__ = ("action", "args", "kwargs", "pass_at", "plan", "task_id", "wants_run")
 
     def __init__(
         self,
@@ -79,7 +80,13 @@ class Bound:
         self.kwargs = kwargs
         self.pass_at = pass_at
         self.wants_run = wants_run
-        self.task: Any = None
+        self.task_id: Hashable = None
+        self.plan: Any = None
+
+    def bind(self, task_id: Hashable, plan: Any) -> None:
+        """Say which task this call belongs to (its id and plan), for its runs' facts."""
+        self.task_id = task_id
+        self.plan = plan
 
     def __repr__(self) -> str:
         return f"<{self.action!r} args={self.args!r} kwargs={self.kwargs!r}>"
@@ -88,15 +95,10 @@ class Bound:
         args = (at, *self.args) if self.pass_at else self.args
         if not self.wants_run:
             return self.action(*args, **self.kwargs)
-        return self.action(*args, **self.kwargs, run=facts(self.task, at))
-
-
-def facts(task: Any, at: Time) -> RunContext:
-    """The :class:`RunContext` of ``task``'s run at ``at`` (an engine task). O(1)."""
-    plan = task.plan
-    attempt = 0 if plan is None else plan.attempt
-    slot = at if not attempt else plan.first_at
-    return RunContext(task.entry[2], at, slot, attempt)
+        plan = self.plan
+        attempt = 0 if plan is None else plan.attempt
+        slot = at if not attempt else plan.first_at
+        return self.action(*args, **self.kwargs, run=RunContext(self.task_id, at, slot, attempt))
 
 
 def _signature(action: Callable[..., Any]) -> inspect.Signature | None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 
-from ._calls import Bound
 from ._policy import Cursor, Plan, RetryPolicy
 from ._queue import Entry, RunQueue
 from ._types import Action, Result, RunOutcome, Status, TaskInfo, Time
@@ -214,8 +213,6 @@ class Engine:
         # Built field by field: a third cheaper than an __init__ call, on the hot path.
         task = Task.__new__(Task)
         task.action = action
-        if type(action) is Bound:
-            action.task = task
         task.status = SCHEDULED
         task.last = task.value = None
         task.plan = plan

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import timedelta
 from types import FunctionType
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from . import _validate
-from ._calls import prepare
+from ._calls import Bound, prepare
 from ._engine import Engine, Task
 from ._events import Event, EventKind, Listener, deliver, outcome_events
 from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
@@ -32,6 +32,20 @@ EPOCH_SUSPECT = 10 * 365 * 86_400
 """On a monotonic clock, an absolute time this far ahead is taken for an epoch time
 given by mistake (``Once(at=time.time() + 60)``): refused with a clear error."""
 _UNSET: Any = object()
+
+
+class TaskOptions(TypedDict, total=False):
+    """Keyword options of :meth:`Scheduler.schedule_once`, passed on to ``schedule``."""
+
+    args: Sequence[Any] | None
+    kwargs: Mapping[str, Any] | None
+    retry: RetryPolicy | None
+    retry_on: RetryOn | None
+    priority: int
+    replace_existing: bool
+
+
+_ONCE_OPTIONS = frozenset(TaskOptions.__annotations__)
 
 
 def _check_retry(retry: object) -> None:
@@ -197,76 +211,75 @@ class Scheduler:
         delay: Time | timedelta,
         action: Callable[..., object],
         max_retries: int = 0,
-        *,
-        args: Sequence[Any] | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        retry_on: RetryOn | None = None,
-        priority: int = 0,
-        replace_existing: bool = False,
+        **options: Unpack[TaskOptions],
     ) -> bool:
         """Run ``action`` once at ``at = clock() + delay``.
 
-        The action is called as ``action(at)``, or as ``action(*args,
-        **kwargs)`` when either is given; if it declares a keyword-only
-        parameter ``run``, it also gets the run's :class:`~cadence.RunContext`
-        there. Its return value is kept on the run's outcome (``value``). The
-        call shape is checked now, against the action's signature. ``delay``
-        may be a ``timedelta``.
+        The action is called as ``action(at)``; ``delay`` may be a
+        ``timedelta``. The keyword ``options`` are :meth:`schedule`'s (but
+        ``misfire``): ``args=``/``kwargs=`` to call it as ``action(*args,
+        **kwargs)`` instead, ``retry=``, ``retry_on=``, ``priority=``,
+        ``replace_existing=``. An action that declares a keyword-only
+        parameter ``run`` gets the run's :class:`~cadence.RunContext` there.
+        The call shape is checked now, against the action's signature. Its
+        return value is kept on the run's outcome (``value``).
 
-        A failing run (the action raises an ``Exception``, of a type
-        ``retry_on`` accepts when given) is retried up to ``max_retries``
-        times, each after the delay of ``retry`` (default: the scheduler's,
-        exponential backoff); then the task is ``failed``. ``priority``
-        orders runs due at the same time: lower first (default 0; then
-        scheduling order). Returns ``False``, changing nothing, when a task
-        with this id is scheduled, queued, running or paused, unless
-        ``replace_existing`` (then that task is cancelled and replaced); a
-        finished task with this id is replaced.
+        A failing run (the action raises an ``Exception``) is retried up to
+        ``max_retries`` times with exponential backoff; then the task is
+        ``failed``. Returns ``False``, changing nothing, when a task with
+        this id is scheduled, queued, running or paused (unless
+        ``replace_existing``); a finished task with this id is replaced.
 
         Complexity: O(log n).
 
         Raises ``TypeError`` for an unhashable ``task_id``, a non-number
-        ``delay``, a non-callable ``action`` or one that cannot be called
-        as asked, bad ``args``/``kwargs``, a non-int ``max_retries`` or
-        ``priority``, a ``retry`` that is not a retry policy or a bad
-        ``retry_on``; ``ValueError`` for a negative, NaN or infinite
-        ``delay`` or a negative ``max_retries``. Nothing changes when it raises.
+        ``delay``, a non-callable ``action`` or one that cannot be called as
+        asked, a non-int ``max_retries``, an unknown option or a bad option
+        value; ``ValueError`` for a negative, NaN or infinite ``delay`` or a
+        negative ``max_retries``. Nothing changes when it raises.
         """
+        if options:  # everything beyond the contract's call: one implementation, schedule()
+            unknown = options.keys() - _ONCE_OPTIONS
+            if unknown:
+                raise TypeError(
+                    f"schedule_once() got unexpected keyword arguments {sorted(unknown)}"
+                )
+            return self.schedule(
+                task_id,
+                Once(_validate.delay("delay", delay)),
+                action,
+                max_retries=max_retries,
+                **options,
+            )
         # Fast path for the common valid call; the checks below raise with the message.
         if not (
             type(delay) in _PLAIN
             and 0 <= delay <= LIMIT  # type: ignore[operator]
             and type(max_retries) is int
             and max_retries >= 0
-            and type(priority) is int
             and callable(action)
         ):
             delay = _validate.delay("delay", delay)
             _validate.callable_("action", action)
             _validate.count("max_retries", max_retries)
-            _check_priority(priority)
         try:
             hash(task_id)
         except TypeError:
             _validate.hashable("task_id", task_id)
-        if (
-            args is not None
-            or kwargs is not None
-            or type(action) is not FunctionType
-            or action.__code__ is not self._plain_code
-        ):
-            action = self._prepare(action, args, kwargs)
+        if type(action) is not FunctionType or action.__code__ is not self._plain_code:
+            prepared = self._prepare(action, None, None)
+            if type(prepared) is Bound:  # it asks for the run's facts: the general path
+                return self.schedule(task_id, Once(delay), action, max_retries=max_retries)
+            action = prepared
         try:  # a float is finite iff at - at == 0; anything else is checked in _at()
             at = self._clock() + delay  # type: ignore[operator]
         except TypeError:
             at = self._at(delay)  # type: ignore[arg-type]
         if at.__class__ is not float or at - at:
             at = self._at(delay)  # type: ignore[arg-type]
-        if max_retries or retry is not None or priority or retry_on is not None:
-            plan = _plan(None, max_retries, retry, None, priority, retry_on)
-            return self._add(task_id, at, action, plan, replace_existing)
-        return self._add(task_id, at, action, None, replace_existing)
+        if max_retries:
+            return self._add(task_id, at, action, _plan(None, max_retries, None, None, 0))
+        return self._add(task_id, at, action, None)
 
     def schedule_at_fixed_rate(
         self,
@@ -373,6 +386,8 @@ class Scheduler:
         cursor, first = self._first(when)
         plan.cursor = cursor
         plan.schedule = when
+        if type(action) is Bound:
+            action.bind(task_id, plan)
         return self._add(task_id, first, action, plan, replace_existing)
 
     def job(
