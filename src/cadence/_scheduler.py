@@ -813,21 +813,13 @@ class Scheduler:
     def _complete(
         self, task: Task, error: BaseException | None, started: Time, finished: Time
     ) -> RunOutcome:
-        """Complete a claimed run and wake runners if it queued an earlier run."""
-        lock = self._lock  # the shape of _locked(), inlined: a hot path
-        try:
-            lock.acquire()
+        """Complete a claimed run (for runners), wake them if it queued an earlier run."""
+
+        def complete() -> tuple[RunOutcome, Time | None]:
             outcome = self._engine.complete(task, error, started, finished)
-            head = self._engine.next_time() if self._listeners else None
-        except BaseException:
-            if lock._is_owned():  # type: ignore[attr-defined]
-                self._engine._repair()
-            raise
-        finally:
-            try:
-                lock.release()
-            except RuntimeError:  # acquire() was cut short: nothing to release
-                pass
+            return outcome, self._engine.next_time() if self._listeners else None
+
+        outcome, head = self._locked(complete)
         if head is not None:
             self._wake(head)
         if self._hooks:
