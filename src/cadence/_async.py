@@ -135,7 +135,8 @@ class AsyncRunner(Driver):
         failed) any that ignore it. Runs still queued in the executor will not
         start. Idempotent. Returns ``True`` if every run finished by itself.
 
-        Raises the fatal error that stopped the runner, if one did (once).
+        Cost: O(runs in progress), besides the waiting. Raises the fatal
+        error that stopped the runner, if one did (once).
         """
         self._halt()
         if self._unsubscribe:  # the first stop() of a started runner

@@ -41,6 +41,8 @@ class RunContext(NamedTuple):
     ``attempt`` is 0 for a slot's first run and r for its r-th retry;
     ``key`` is ``"<task_id>@<slot>"``: the same for every attempt of a slot,
     so effects written with it can be deduplicated.
+
+    Built, O(1), only for the runs of actions that declare ``run``.
     """
 
     task_id: Hashable

@@ -20,7 +20,8 @@ logger = logging.getLogger("cadence.events")
 
 
 class EventKind(StrEnum):
-    """What happened: one value per event a listener can ask for."""
+    """What happened: one value per event a listener can ask for (a ``StrEnum``: the
+    names may be given as strings to :meth:`cadence.Scheduler.add_listener`)."""
 
     __hash__ = str.__hash__  # as Status: C-speed set lookups
 
@@ -39,7 +40,9 @@ class EventKind(StrEnum):
 
 class Event(NamedTuple):
     """One event: its kind, the task it is about (``None`` for a runner's), the
-    run's time (``at``) for run events, and the run's outcome once it has one."""
+    run's time (``at``) for run events, and the run's outcome once it has one.
+
+    An immutable record, made only when a listener is registered: O(1)."""
 
     kind: EventKind
     task_id: Hashable | None = None

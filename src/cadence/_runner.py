@@ -141,8 +141,9 @@ class Runner(Driver):
         if nothing but the caller's own run is in flight, ``False`` if
         something still is (on timeout, with ``wait=False``, or from inside).
 
-        Raises the fatal error that stopped the runner, if one did (once,
-        to the first caller outside the runner's runs).
+        Cost: O(1), besides the waiting. Raises the fatal error that stopped
+        the runner, if one did (once, to the first caller outside the
+        runner's runs).
         """
         self._halt()
         with self._cond_lock:
@@ -178,7 +179,8 @@ class Runner(Driver):
         error, which it re-raises. Each way it stops as :meth:`stop` does,
         waiting for runs in progress.
 
-        Raises ``RuntimeError`` if this runner was stopped before.
+        Cost: blocks; it wakes every half second to notice signals. Raises
+        ``RuntimeError`` if this runner was stopped before.
         """
         if self._thread is None:
             self.start()

@@ -95,6 +95,8 @@ class TaskInfo(NamedTuple):
     unfinished (``None`` before its first run, and once it finished: only
     the final status of finished tasks is kept; keep outcomes with a
     listener or ``on_outcome``).
+
+    A snapshot taken under the scheduler's lock, O(1) to build.
     """
 
     task_id: Hashable
