@@ -182,15 +182,14 @@ class Runner(Driver):
         Cost: blocks; it wakes every half second to notice signals. Raises
         ``RuntimeError`` if this runner was stopped before.
         """
-        if self._thread is None:
-            self.start()
-        elif self._stopping:
+        if self._stopping:
             raise RuntimeError("this Runner was stopped; create a new one")
         previous = None
-        main = threading.current_thread() is threading.main_thread()
-        if signals and main:
-            previous = signal.signal(signal.SIGTERM, _terminate)
+        if signals and threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _terminate)  # before any run starts
         try:
+            if self._thread is None:
+                self.start()
             thread = self._thread
             assert thread is not None
             while thread.is_alive():
