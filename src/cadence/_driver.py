@@ -3,8 +3,8 @@
 A driver turns the engine's primitives into real-time execution. Both the
 thread :class:`~cadence.Runner` and the :class:`~cadence.AsyncRunner` claim
 due runs from their scheduler (:meth:`Driver._dispatch_due`), execute them
-with :meth:`Driver._execute` (the clock read as ``started``, the action called
-through the scheduler's one call site), complete them with
+with :meth:`Driver._process` (the clock read as ``started``, the action called
+through the scheduler's one call site, the run completed whatever raises) and
 :meth:`Driver._complete`, and report each outcome with :meth:`Driver._report`:
 stats, log, then ``on_outcome``, outside every lock.
 
@@ -37,7 +37,7 @@ from ._events import Event, EventKind
 from ._scheduler import Scheduler, fatal
 from ._stats import Stats, StatsSnapshot
 from ._types import Result, RunOutcome, Time
-from ._validate import LIMIT, time_from
+from ._validate import LIMIT, PLAIN, time_from
 
 logger = logging.getLogger("cadence.runner")
 """Runner life: starts, stops, fatal errors, clock and executor faults."""
@@ -49,8 +49,6 @@ OnOutcome = Callable[[RunOutcome], object]
 CLOCK_RETRY = 1.0
 """Real seconds a dispatcher waits before reading a clock that just failed again:
 long enough not to spin or flood the log, short enough to recover promptly."""
-
-_PLAIN = frozenset({int, float})
 
 
 def is_fatal(error: BaseException | None) -> bool:
@@ -118,7 +116,7 @@ class Driver:
         """
         try:
             now = self._clock()
-            if now.__class__ not in _PLAIN or not -LIMIT <= now <= LIMIT:
+            if now.__class__ not in PLAIN or not -LIMIT <= now <= LIMIT:
                 now = time_from("the clock", now)
         except Exception:
             logger.exception("the clock failed; using its last reading, %r", self._last_now)

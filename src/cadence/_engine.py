@@ -38,7 +38,7 @@ from collections.abc import Hashable
 from ._policy import Cursor, Plan, RetryPolicy
 from ._queue import Entry, RunQueue
 from ._types import Action, Result, RunOutcome, Status, TaskInfo, Time
-from ._validate import LIMIT, time_from
+from ._validate import LIMIT, PLAIN, time_from
 from .schedules import Once
 
 HISTORY = 10_000
@@ -64,7 +64,6 @@ FINISHED = frozenset({DONE, FAILED, CANCELLED})
 UNFINISHED = frozenset({SCHEDULED, QUEUED, RUNNING})
 
 _new_outcome = tuple.__new__
-_PLAIN = frozenset({int, float})
 
 
 def _later(previous: Time, value: object, now: Time) -> Time:
@@ -394,7 +393,7 @@ class Engine:
                 elif cursor is not None:
                     nxt = cursor.next(finished)
                     if nxt is not None:
-                        if nxt.__class__ not in _PLAIN or not plan.slot < nxt <= LIMIT:
+                        if nxt.__class__ not in PLAIN or not plan.slot < nxt <= LIMIT:
                             nxt = _later(plan.slot, nxt, finished)
                         plan.slot = nxt
         except BaseException as exc:  # a policy failed: the task cannot go on

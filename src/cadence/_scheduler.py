@@ -16,7 +16,7 @@ from ._engine import Engine, Task
 from ._events import Event, EventKind, Listener, deliver, outcome_events
 from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
 from ._types import Action, RunOutcome, Status, TaskInfo, Time
-from ._validate import LIMIT, time_from
+from ._validate import LIMIT, PLAIN, time_from
 from .misfire import Misfire
 from .schedules import FixedRate, Once
 
@@ -24,7 +24,6 @@ Clock = Callable[[], Time]
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
-_PLAIN = frozenset({int, float})
 _NEG_LIMIT = -LIMIT
 _EPOCH_CLOCKS = (time.time,)
 _MONOTONIC_CLOCKS = (time.monotonic, time.perf_counter)
@@ -253,7 +252,7 @@ class Scheduler:
             )
         # Fast path for the common valid call; the checks below raise with the message.
         if not (
-            type(delay) in _PLAIN
+            type(delay) in PLAIN
             and 0 <= delay <= LIMIT  # type: ignore[operator]
             and type(max_retries) is int
             and max_retries >= 0

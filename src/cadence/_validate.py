@@ -15,6 +15,9 @@ from ._types import Time
 
 T = TypeVar("T")
 
+PLAIN = frozenset({int, float})
+"""The exact types of the numbers the fast paths accept without further checks."""
+
 LIMIT = sys.float_info.max
 """The largest magnitude a time or delay may have: every time must fit a float, so
 that sums stay comparable and a runner can sleep until it (``10**400`` is refused)."""
