@@ -458,8 +458,10 @@ class Scheduler:
             if nxt is None:
                 raise ValueError(f"when has no run time: {when!r}")
             first = time_from(f"{when!r}: the first run time", nxt)
-        absolute = getattr(when, "at", None) is not None or getattr(when, "start_at", None)
-        if self._epoch is False and absolute is not None and first - now > EPOCH_SUSPECT:
+        absolute = (  # Once(at=...) or FixedRate(start=...): a number naming an instant
+            getattr(when, "at", None) is not None or getattr(when, "start_at", None) is not None
+        )
+        if self._epoch is False and absolute and first - now > EPOCH_SUSPECT:
             raise ValueError(
                 f"{when!r} first runs at {first!r}, more than ten years after now ({now!r}) on "
                 "this monotonic clock: an epoch time? Use Scheduler(clock=time.time) for "
