@@ -302,11 +302,7 @@ class AsyncRunner(Driver):
         """Back on the loop: await the coroutine a worker's action returned, if any;
         fail the run if the executor ended it without running it."""
         if not ran[0]:
-            error = (run.exception() if not run.cancelled() else None) or asyncio.CancelledError(
-                f"run of {task.task_id!r} dropped by the executor"
-            )
-            logger.error("executor did not run task %r: %r", task.task_id, error)
-            self._abandon(task, error)
+            self._never_ran(task, run)
         elif not run.cancelled() and run.exception() is None and run.result() is not None:
             self._await(*run.result())
         self._runs.discard(run)

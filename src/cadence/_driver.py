@@ -37,7 +37,7 @@ from ._events import Event, EventKind
 from ._scheduler import Scheduler, fatal
 from ._stats import Stats, StatsSnapshot
 from ._types import Result, RunOutcome, Time
-from ._validate import LIMIT, PLAIN, time_from
+from ._validate import time_from
 
 logger = logging.getLogger("cadence.runner")
 """Runner life: starts, stops, fatal errors, clock and executor faults."""
@@ -115,9 +115,7 @@ class Driver:
         propagates (the caller completes its run with it). O(1).
         """
         try:
-            now = self._clock()
-            if now.__class__ not in PLAIN or not -LIMIT <= now <= LIMIT:
-                now = time_from("the clock", now)
+            now = time_from("the clock", self._clock())
         except Exception:
             logger.exception("the clock failed; using its last reading, %r", self._last_now)
             self._clock_failed = True
@@ -259,6 +257,21 @@ class Driver:
         finally:
             self._finished(was_running=True)
         return outcome
+
+    def _never_ran(self, task: Task, future: concurrent.futures.Future[Any] | Any) -> None:
+        """Fail the run of a future that ended without running it (cancelled, failed, dropped).
+
+        ``future`` is a ``concurrent.futures`` or an asyncio future. The run
+        fails with the future's exception, or ``CancelledError`` (an
+        ``Exception``: retried per policy), and is logged at ERROR.
+        """
+        error = None if future.cancelled() else future.exception()
+        if error is None:
+            error = concurrent.futures.CancelledError(
+                f"run of {task.task_id!r}: executor dropped it"
+            )
+        logger.error("executor did not run task %r: %r", task.task_id, error)
+        self._abandon(task, error)
 
     def _abandon(self, task: Task, error: BaseException) -> None:
         """Fail a queued run that will never reach a worker, so its task never sticks."""

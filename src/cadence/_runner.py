@@ -259,14 +259,8 @@ class Runner(Driver):
         self, future: concurrent.futures.Future[None], task: Task, ran: list[bool]
     ) -> None:
         """A future ended: if the executor never ran the run, fail it so it never sticks."""
-        if ran[0]:
-            return
-        if future.cancelled():  # e.g. executor.shutdown(cancel_futures=True)
-            error: BaseException = concurrent.futures.CancelledError(f"run of {task.task_id!r}")
-        else:
-            error = future.exception() or RuntimeError("the executor ended the run unrun")
-        logger.error("executor did not run task %r: %r", task.task_id, error)
-        self._abandon(task, error)
+        if not ran[0]:  # e.g. executor.shutdown(cancel_futures=True), a lost worker
+            self._never_ran(task, future)
 
     def _work(self, task: Task, ran: list[bool]) -> None:
         """Run a handed-over run on a worker thread."""
