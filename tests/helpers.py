@@ -6,6 +6,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from cadence import RunOutcome, Scheduler
+from cadence.durable import DurableScheduler
 
 
 def rows(outcomes: Iterable[RunOutcome]) -> list[tuple[Hashable, Any, str, int]]:
@@ -56,3 +57,22 @@ class Collector:
             ok = self._cond.wait_for(lambda: len(self.outcomes) >= n, timeout)
             assert ok, f"only {len(self.outcomes)} of {n} outcomes after {timeout}s"
             return list(self.outcomes)
+
+
+class AutoRegistering(DurableScheduler):
+    """A durable scheduler that registers any callable it is given under a fresh name.
+
+    So the contract's tests, written with closures and lambdas, run unchanged
+    against the durable path (a real program registers names or gives
+    module-level functions).
+    """
+
+    def _reference(self, action: Any) -> tuple[str, Callable[..., object]]:
+        if callable(action):
+            for name, known in self._actions.items():
+                if known is action:
+                    return name, known
+            name = f"auto-{len(self._actions)}"
+            self.register(name, action)
+            return name, action
+        return super()._reference(action)

@@ -9,7 +9,23 @@ from typing import Any
 import pytest
 
 from cadence import ManualClock, Result, RunOutcome, Scheduler, Status
-from tests.helpers import failing, recorder, rows, snapshot
+from cadence.store import MemoryStore, SQLiteStore
+from tests.helpers import AutoRegistering, failing, recorder, rows, snapshot
+
+IN_MEMORY_ONLY = pytest.mark.parametrize("sched", ["memory"], indirect=True)
+"""For clauses a durable store states differently: its ids are str (names in a
+database), and it keeps finished tasks until pruned instead of the latest 10,000."""
+
+
+@pytest.fixture(params=["memory", "durable-memory", "durable-sqlite"])
+def sched(request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Any) -> Scheduler:
+    """The contract holds for the in-memory scheduler and for the durable path
+    (a MemoryStore, and a real SQLite file), each on the manual clock."""
+    if request.param == "memory":
+        return Scheduler(clock=clock)
+    store = MemoryStore() if request.param == "durable-memory" else SQLiteStore(tmp_path / "db")
+    return AutoRegistering(store, clock=clock)
+
 
 # -- Time ----------------------------------------------------------------------
 
@@ -179,6 +195,7 @@ BAD_ARGS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
 ]
 
 
+@IN_MEMORY_ONLY
 @pytest.mark.parametrize(("method", "override", "exc", "message"), BAD_ARGS)
 def test_bad_arguments_raise_before_anything_changes(
     sched: Scheduler, method: str, override: dict[str, Any], exc: type[Exception], message: str
@@ -347,6 +364,7 @@ def test_status_while_running_and_after(sched: Scheduler) -> None:
     assert sched.status("a") is Status.DONE
 
 
+@IN_MEMORY_ONLY
 def test_the_10000_most_recently_finished_tasks_are_remembered(sched: Scheduler) -> None:
     n = 12_000
     for i in range(n):
@@ -357,6 +375,7 @@ def test_the_10000_most_recently_finished_tasks_are_remembered(sched: Scheduler)
     assert sched.status(0) is None
 
 
+@IN_MEMORY_ONLY
 def test_rescheduling_a_finished_id_refreshes_its_place_in_history(sched: Scheduler) -> None:
     sched._engine._history_limit = 3
     for name in "abc":
@@ -372,6 +391,7 @@ def test_rescheduling_a_finished_id_refreshes_its_place_in_history(sched: Schedu
 # -- tick ----------------------------------------------------------------------
 
 
+@IN_MEMORY_ONLY
 def test_same_instant_runs_go_in_scheduling_order(sched: Scheduler) -> None:
     log: list[Any] = []
     names = ["k", "b", "z", "a", 3, ("t",)]

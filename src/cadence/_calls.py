@@ -40,7 +40,12 @@ class RunContext(NamedTuple):
     of the slot it belongs to (the same for every retry of that slot);
     ``attempt`` is 0 for a slot's first run and r for its r-th retry;
     ``key`` is ``"<task_id>@<slot>"``: the same for every attempt of a slot,
-    so effects written with it can be deduplicated.
+    so effects written with it can be deduplicated. Under a durable store,
+    ``fence`` is the run's fencing token (it grows with every claim of the
+    task, so a write carrying a lower one is from a holder that lost its
+    lease) and ``expiries`` the number of leases of this slot that expired
+    before (crashed or stalled holders: ``> 0`` means the run may have
+    started before); both are 0 in memory.
 
     Built, O(1), only for the runs of actions that declare ``run``.
     """
@@ -49,6 +54,8 @@ class RunContext(NamedTuple):
     at: Time
     slot: Time
     attempt: int
+    fence: int = 0
+    expiries: int = 0
 
     @property
     def key(self) -> str:
@@ -66,7 +73,17 @@ class Bound:
     keyword-only ``run`` parameter.
     """
 
-    __slots__ = ("action", "args", "kwargs", "pass_at", "plan", "task_id", "wants_run")
+    __slots__ = (
+        "action",
+        "args",
+        "expiries",
+        "fence",
+        "kwargs",
+        "pass_at",
+        "plan",
+        "task_id",
+        "wants_run",
+    )
 
     def __init__(
         self,
@@ -84,6 +101,8 @@ class Bound:
         self.wants_run = wants_run
         self.task_id: Hashable = None
         self.plan: Any = None
+        self.fence = 0  # the lease's, under a durable store
+        self.expiries = 0
 
     def bind(self, task_id: Hashable, plan: Any) -> None:
         """Say which task this call belongs to (its id and plan), for its runs' facts."""
@@ -100,7 +119,8 @@ class Bound:
         plan = self.plan
         attempt = 0 if plan is None else plan.attempt
         slot = at if not attempt else plan.first_at
-        return self.action(*args, **self.kwargs, run=RunContext(self.task_id, at, slot, attempt))
+        run = RunContext(self.task_id, at, slot, attempt, self.fence, self.expiries)
+        return self.action(*args, **self.kwargs, run=run)
 
 
 def _signature(action: Callable[..., Any]) -> inspect.Signature | None:

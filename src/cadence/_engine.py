@@ -223,6 +223,26 @@ class Engine:
         self._tasks[task_id] = task
         return True
 
+    def adopt(self, task: Task, at: Time) -> None:
+        """Take in a task rebuilt from storage, in its status, its run at ``at``. O(log n).
+
+        How a durable store reuses the engine's decisions: it rebuilds one
+        task (action, status, plan) from a stored row, adopts it into an
+        engine of its own, applies the same operation as in memory
+        (:meth:`claim`, :meth:`complete`, :meth:`cancel`, ...) and stores
+        what the task became. A ``scheduled`` task is queued (parked if
+        paused); a ``queued`` or ``running`` one is a claim held by its
+        driver; a finished one is only completed (reported), as a run of a
+        task cancelled meanwhile is.
+        """
+        plan = task.plan
+        if task.status is SCHEDULED and not task.parked:
+            task.entry = self._queue.push(at, task.entry[2], 0 if plan is None else plan.priority)
+        else:
+            task.entry = (at, -1, task.entry[2])
+        if task.status in UNFINISHED:
+            self._tasks[task.entry[2]] = task
+
     def cancel(self, task_id: Hashable) -> bool:
         """Cancel an unfinished task; ``False`` if unknown or finished. O(1) amortised.
 

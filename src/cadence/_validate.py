@@ -76,6 +76,11 @@ def finite(name: str, value: Any) -> Time:
     return value  # type: ignore[no-any-return]
 
 
+def optional_time(name: str, value: Any) -> Time | None:
+    """``None``, or a time as :func:`finite` checks it."""
+    return None if value is None else finite(name, value)
+
+
 def delay(name: str, value: Any) -> Time:
     """A finite number >= 0, or a ``timedelta`` as seconds: ``TypeError``/``ValueError``."""
     value = seconds(value)

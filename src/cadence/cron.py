@@ -92,6 +92,23 @@ class Cron:
         """A cursor over the run times after ``now`` (epoch seconds)."""
         return _CronCursor(self, now)
 
+    def spec(self) -> dict[str, object]:
+        """This schedule as JSON-compatible data (a durable store keeps it). O(1).
+
+        Raises ``ValueError`` for a zone that is not an IANA zone (a custom
+        ``tzinfo`` cannot be stored by name).
+        """
+        key = getattr(self.zone, "key", None)
+        if not isinstance(key, str):
+            raise ValueError(
+                f"{self!r}: only IANA zones (ZoneInfo) can be stored, not {self.zone!r}"
+            )
+        return {"kind": "cron", "expression": self.expression, "tz": key}
+
+    def resume(self, state: object) -> Cursor:
+        """A cursor at the position ``state`` (a cursor's ``state()``): its last run time."""
+        return _CronCursor(self, _validate.finite("state", state))
+
     def next_after(self, t: Time) -> int:
         """The first run time strictly after epoch time ``t``, by the rules above.
 
@@ -171,7 +188,12 @@ class _CronCursor:
         self._last = now
 
     def next(self, now: Time) -> int:
-        self._last = self._cron.next_after(self._last)
+        last = self._cron.next_after(self._last)
+        self._last = last
+        return last
+
+    def state(self) -> Time:
+        """Where this cursor is, as JSON-compatible data: the last time it gave."""
         return self._last
 
 

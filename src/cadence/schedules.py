@@ -54,16 +54,28 @@ class Once:
         """A cursor that yields the run time once, then ``None``."""
         return _OnceCursor(self.first(now))
 
+    def spec(self) -> dict[str, object]:
+        """This schedule as JSON-compatible data (see :func:`from_spec`). O(1)."""
+        return {"kind": "once", "delay": self.delay, "at": self.at}
+
+    def resume(self, state: object) -> Cursor:
+        """A cursor at the position ``state`` (a cursor's ``state()``) describes. O(1)."""
+        return _OnceCursor(_validate.optional_time("state", state))
+
 
 class _OnceCursor:
     __slots__ = ("_at",)
 
-    def __init__(self, at: Time) -> None:
+    def __init__(self, at: Time | None) -> None:
         self._at: Time | None = at
 
     def next(self, now: Time) -> Time | None:
         at, self._at = self._at, None
         return at
+
+    def state(self) -> Time | None:
+        """Where this cursor is, as JSON-compatible data: the run still to give, if any."""
+        return self._at
 
 
 class FixedRate:
@@ -104,20 +116,35 @@ class FixedRate:
     def start(self, now: Time) -> Cursor:
         """A cursor over the slots of a task scheduled at ``now``."""
         first = now + self.delay if self.start_at is None else self.start_at
-        return _RateCursor(first, self.period)
+        return _RateCursor(first, self.period, -1)
+
+    def spec(self) -> dict[str, object]:
+        """This schedule as JSON-compatible data (see :func:`from_spec`). O(1)."""
+        return {"kind": "fixed_rate", "period": self.period, "delay": self.delay,
+                "start": self.start_at}  # fmt: skip
+
+    def resume(self, state: object) -> Cursor:
+        """A cursor at the position ``state`` (a cursor's ``state()``) describes. O(1)."""
+        if not (isinstance(state, list) and len(state) == 2 and isinstance(state[1], int)):
+            raise ValueError(f"state must be [first, slot index], got {state!r}")
+        return _RateCursor(_validate.finite("state", state[0]), self.period, state[1])
 
 
 class _RateCursor:
     __slots__ = ("first", "period", "slot")
 
-    def __init__(self, first: Time, period: Time) -> None:
+    def __init__(self, first: Time, period: Time, slot: int) -> None:
         self.first = first
         self.period = period
-        self.slot = -1
+        self.slot = slot
 
     def next(self, now: Time) -> Time:
         self.slot += 1
         return self.first + self.slot * self.period
+
+    def state(self) -> list[Time]:
+        """Where this cursor is, as JSON-compatible data: ``[first, slot index]``."""
+        return [self.first, self.slot]
 
 
 class FixedDelay:
@@ -144,17 +171,29 @@ class FixedDelay:
         """A cursor for a task scheduled at ``now``."""
         return _DelayCursor(self.delay, now + self.initial_delay)
 
+    def spec(self) -> dict[str, object]:
+        """This schedule as JSON-compatible data (see :func:`from_spec`). O(1)."""
+        return {"kind": "fixed_delay", "delay": self.delay, "initial_delay": self.initial_delay}
+
+    def resume(self, state: object) -> Cursor:
+        """A cursor at the position ``state`` (a cursor's ``state()``) describes. O(1)."""
+        return _DelayCursor(self.delay, _validate.optional_time("state", state))
+
 
 class _DelayCursor:
     __slots__ = ("_delay", "_first")
 
-    def __init__(self, delay: Time, first: Time) -> None:
+    def __init__(self, delay: Time, first: Time | None) -> None:
         self._delay = delay
         self._first: Time | None = first
 
     def next(self, now: Time) -> Time:
         first, self._first = self._first, None
         return now + self._delay if first is None else first
+
+    def state(self) -> Time | None:
+        """Where this cursor is, as JSON-compatible data: the first run, until given."""
+        return self._first
 
 
 __all__ = ["Cursor", "FixedDelay", "FixedRate", "Once", "Schedule"]

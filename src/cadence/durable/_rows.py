@@ -1,0 +1,165 @@
+"""Stored rows and the engine: one implementation of every scheduling decision.
+
+A durable scheduler never decides anything itself. To claim, complete,
+cancel, pause, resume or reschedule a stored task it rebuilds the task from
+its row (:func:`restore`: a :class:`Held` task adopted by an engine of its
+own), applies the very engine operation the in-memory scheduler applies,
+and stores what the task became (:func:`dump`). Retries and backoff,
+misfire handling, fixed-rate slots, cron, pause and the statuses are
+therefore the engine's, whether a task lives in memory or in a database.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import deque
+from typing import Any
+
+from cadence._engine import Engine, Task
+from cadence._policy import Plan
+from cadence._types import Action, RunOutcome, Status, Time
+from cadence.store import OutcomeRow, TaskRow
+
+from . import _codec
+
+LEASED = frozenset({Status.QUEUED, Status.RUNNING})
+
+
+class Held(Task):
+    """A task rebuilt from its row, adopted by an engine of its own.
+
+    ``row`` is the row it was rebuilt from; ``adopted`` its entry at
+    adoption (a different entry afterwards means the engine queued a new
+    run); ``until`` the end of its lease as this node last renewed it;
+    ``lost``/``cancelled`` what the heartbeat learned about it meanwhile.
+    """
+
+    __slots__ = ("adopted", "cancelled", "engine", "lost", "row", "until")
+
+    engine: Engine
+    row: TaskRow
+    adopted: Any
+    until: Time
+    lost: bool
+    cancelled: bool
+
+    @property
+    def fence(self) -> int:
+        """The fencing token of the lease this run is held under."""
+        return self.row.fence
+
+
+def restore(row: TaskRow, action: Action, status: Status | None = None) -> Held:
+    """Rebuild the task a row describes, in ``status`` (default: the row's). O(1).
+
+    Raises what decoding a stored spec raises (:class:`~cadence.store.StoreError`
+    for an unknown kind, ``ImportError`` for a ``retry_on`` type no longer there).
+    """
+    spec, state = row.spec, row.state
+    schedule = _codec.schedule_from(spec["schedule"])
+    stored = state["cursor"]
+    cursor = None if stored is None else schedule.resume(stored[0])  # type: ignore[attr-defined]
+    plan = Plan(
+        cursor,
+        spec["max_retries"],
+        _codec.retry_from(spec["retry"]),
+        spec["misfire"],
+        row.priority,
+    )
+    plan.retry_on = _codec.retry_on_from(spec["retry_on"])
+    plan.schedule = schedule
+    plan.paused = row.paused
+    plan.backlog = deque(state["backlog"]) if state["backlog"] else None
+    plan.attempt = state["attempt"]
+    plan.skipped = state["skipped"]
+    plan.last_delay = state["last_delay"]
+    plan.rescheduled = state["rescheduled"]
+    plan.slot = state["slot"]
+    plan.first_at = state["first_at"]
+    task = Held.__new__(Held)
+    task.action = action
+    task.status = Status(status or row.status)
+    task.entry = (row.due, -1, row.task_id)
+    task.plan = plan
+    task.last = task.value = None
+    task.row = row
+    task.until = row.lease_until if row.lease_until is not None else 0
+    task.lost = task.cancelled = False
+    task.engine = Engine(1)
+    task.engine.adopt(task, row.due)
+    task.adopted = task.entry
+    return task
+
+
+def state_of(plan: Plan) -> dict[str, Any]:
+    """A plan's run state as stored: cursor position, retries, backlog, skips."""
+    cursor = plan.cursor
+    return {
+        "cursor": None if cursor is None else [cursor.state()],  # type: ignore[attr-defined]
+        "slot": plan.slot,
+        "first_at": plan.first_at,
+        "attempt": plan.attempt,
+        "last_delay": plan.last_delay,
+        "backlog": None if not plan.backlog else list(plan.backlog),
+        "skipped": plan.skipped,
+        "rescheduled": plan.rescheduled,
+    }
+
+
+def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
+    """The row for what ``task`` became, and whether its run was queued anew.
+
+    The lease (owner, expiry, expiries) is kept with ``keep_lease`` while a
+    run is still in flight, and cleared otherwise. O(1).
+    """
+    plan = task.plan
+    assert plan is not None
+    row = task.row.copy()
+    row.status = str(task.status)
+    row.due = task.entry[0]
+    row.paused = plan.paused
+    row.state = state_of(plan)
+    if not keep_lease:
+        row.owner = row.lease_until = None
+        row.expiries = 0
+    requeued = task.status is Status.SCHEDULED and task.entry is not task.adopted
+    return row, requeued
+
+
+def slot_of(row: TaskRow) -> Time:
+    """The slot of a row's current run: its idempotency key is ``f"{task_id}@{slot!r}"``."""
+    slot: Time = row.due if not row.state["attempt"] else row.state["first_at"]
+    return slot
+
+
+def outcome_row(row: TaskRow, outcome: RunOutcome, finished: Time) -> OutcomeRow:
+    """The stored record of a run of ``row``'s current slot."""
+    error = outcome.error
+    text = None if error is None else "".join(traceback.format_exception_only(error)).strip()
+    return OutcomeRow(
+        row.task_id,
+        slot_of(row),
+        outcome.attempt,
+        row.fence,
+        outcome.at,
+        str(outcome.result),
+        text,
+        outcome.started,
+        finished,
+        outcome.skipped,
+        row.owner,
+    )
+
+
+def new_row(
+    task_id: str,
+    action: str,
+    spec: dict[str, Any],
+    plan: Plan,
+    first: Time,
+) -> TaskRow:
+    """The row of a task just scheduled, its first run at ``first``."""
+    plan.slot = first
+    return TaskRow(
+        task_id, action, spec, state_of(plan), str(Status.SCHEDULED), False, first, plan.priority
+    )

@@ -1,0 +1,827 @@
+"""DurableScheduler: the Scheduler API over a durable store."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar, Unpack
+
+from cadence import _validate
+from cadence._calls import Bound, prepare
+from cadence._engine import _raiser
+from cadence._events import Event, EventKind
+from cadence._policy import RetryOn, RetryPolicy, Schedule
+from cadence._scheduler import (
+    _MONOTONIC_CLOCKS,
+    Clock,
+    Scheduler,
+    TaskOptions,
+    _check_priority,
+    fatal,
+)
+from cadence._scheduler import _plan as make_plan
+from cadence._types import Action, Result, RunOutcome, Status, TaskInfo, Time
+from cadence.misfire import Misfire
+from cadence.schedules import FixedRate, Once
+from cadence.store import Change, Known, OutcomeRow, Store, TaskRow
+
+from . import _codec
+from ._rows import LEASED, Held, dump, new_row, outcome_row, restore
+
+logger = logging.getLogger("cadence.durable")
+"""Leases lost and taken over, actions no node here knows, store faults."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+_UNSET: Any = object()
+FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
+
+
+class LeaseExpired(Exception):  # noqa: N818 - it names the event, as TimeoutError does
+    """A run's lease expired ``max_expiries`` times: its holders kept dying or stalling.
+
+    The run fails with this error (retried per the task's policy, like any
+    failure) instead of being started again forever.
+    """
+
+
+class DurableScheduler(Scheduler):
+    """A :class:`~cadence.Scheduler` whose tasks live in a durable store.
+
+    Same API, same meaning (retries, backoff, misfire policies, priorities,
+    pause, the six statuses, ``tick`` for tests, every runner in real time);
+    what changes is durability: once a ``schedule*`` call returns, the task
+    is in ``store`` and survives restarts and ``kill -9``; any number of
+    processes may share the store, each slot's completion is recorded once,
+    and a run held by a dead process is taken over once its lease expires.
+    Read ``docs/durability.md`` for the guarantees.
+
+    What changes for tasks: ids are str; an action is a registered name
+    (:meth:`register`), an import path ``"package.module:function"``, or a
+    module-level function (stored as its import path); ``args``/``kwargs``
+    are JSON; schedules, retry policies and ``retry_on`` are the built-in
+    ones. Each is checked when scheduling.
+
+    ``clock`` must read epoch seconds (``time.time``, the default, or a
+    :class:`~cadence.ManualClock` in tests); a monotonic clock is refused.
+    ``node`` names this process in leases (default: host, pid and a random
+    suffix); ``lease`` (seconds) is how long a claimed run is held without a
+    heartbeat (renewed every ``lease / 3`` while a runner runs); ``poll``
+    (seconds) is how often a runner looks for other processes' writes;
+    ``batch`` the most runs claimed at once; ``max_expiries`` the leases of
+    one run that may expire (crashed or stalled holders) before it fails
+    with :class:`LeaseExpired`.
+
+    Costs: each scheduling call, claim and completion is one store
+    transaction (with :class:`~cadence.store.SQLiteStore` and
+    ``synchronous=FULL``, one fsync); queries read one row, or the earliest
+    rows through an index.
+
+    Raises ``TypeError``/``ValueError`` for bad arguments (a monotonic clock
+    included), and what ``store.open()`` raises.
+    """
+
+    __slots__ = (
+        "_actions",
+        "_batch",
+        "_broken",
+        "_buffer",
+        "_callables",
+        "_held",
+        "_hold",
+        "_keeper",
+        "_keeper_stop",
+        "_lease",
+        "_max_expiries",
+        "_node",
+        "_poll",
+        "_store",
+        "_users",
+    )
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock = time.time,
+        backoff: Time = 1,
+        *,
+        retry: RetryPolicy | None = None,
+        node: str | None = None,
+        lease: Time | timedelta = 30.0,
+        poll: Time | timedelta = 0.1,
+        batch: int = 16,
+        max_expiries: int = 3,
+    ) -> None:
+        if clock in _MONOTONIC_CLOCKS:
+            raise ValueError(
+                f"clock {clock!r} is monotonic: its readings mean nothing to another process "
+                "or after a restart; a durable scheduler needs epoch time (time.time, the default)"
+            )
+        super().__init__(clock, backoff, retry=retry, epoch=True)
+        for method in ("modify", "claim", "heartbeat", "next_due", "get", "rows", "outcomes"):
+            if not callable(getattr(store, method, None)):
+                raise TypeError(f"store must be a cadence store (with {method}()), got {store!r}")
+        self._lease = _validate.positive("lease", lease)
+        self._poll = _validate.positive("poll", poll)
+        if _validate.count("batch", batch) < 1:
+            raise ValueError(f"batch must be >= 1, got {batch!r}")
+        self._batch = batch
+        self._max_expiries = _validate.count("max_expiries", max_expiries)
+        if node is not None and not isinstance(node, str):
+            raise TypeError(f"node must be a str, got {node!r}")
+        self._node = node or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._store = store
+        self._actions: dict[str, Callable[..., object]] = {}
+        self._callables: dict[str, Callable[..., object]] = {}  # import paths resolved
+        self._broken: set[str] = set()  # import paths that failed to import here
+        self._hold = threading.Lock()  # guards the buffer and the held runs
+        self._buffer: deque[Held] = deque()  # claimed, not yet handed to a driver
+        self._held: dict[str, Held] = {}  # claimed by this node, not yet completed
+        self._users = 0  # runners driving this scheduler
+        self._keeper: threading.Thread | None = None
+        self._keeper_stop = threading.Event()
+        store.open()
+
+    def __repr__(self) -> str:
+        return f"<DurableScheduler store={self._store!r} node={self._node!r}>"
+
+    @property
+    def store(self) -> Store:
+        """The store this scheduler keeps its tasks in."""
+        return self._store
+
+    @property
+    def node(self) -> str:
+        """This process's name in leases."""
+        return self._node
+
+    # -- actions ---------------------------------------------------------
+
+    def register(self, name: str, action: F) -> F:
+        """Let tasks of this scheduler run ``action`` under ``name``; returns ``action``.
+
+        Every process that shares the store and should run such tasks
+        registers the same name; a process that does not know a name never
+        claims its tasks (they wait, untouched, for one that does). O(1).
+        Raises ``TypeError`` for a non-str name or a non-callable action,
+        ``ValueError`` for an empty name, one with ``:`` (that is an import
+        path) or one registered to another function.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {name!r}")
+        if not name or ":" in name:
+            raise ValueError(f"name must be non-empty and without ':', got {name!r}")
+        _validate.callable_("action", action)
+        known = self._actions.get(name)
+        if known is not None and known is not action:
+            raise ValueError(f"name {name!r} is registered to {known!r} already")
+        self._actions[name] = action
+        return action
+
+    def action(self, name: str) -> Callable[[F], F]:
+        """Decorator form of :meth:`register`: ``@scheduler.action("billing.sync")``."""
+
+        def decorate(action: F) -> F:
+            return self.register(name, action)
+
+        return decorate
+
+    def _reference(self, action: object) -> tuple[str, Callable[..., object]]:
+        """The stored name of an action and the function it names, or ``TypeError``."""
+        if isinstance(action, str):
+            if ":" in action:
+                try:
+                    found = _codec.resolve_path(action)
+                except (ImportError, AttributeError, ValueError) as exc:
+                    raise TypeError(f"action {action!r} cannot be imported: {exc!r}") from None
+                return action, _validate.callable_("action", found)
+            registered = self._actions.get(action)
+            if registered is None:
+                raise TypeError(
+                    f"action {action!r} is not registered with this scheduler (known: "
+                    f"{sorted(self._actions)}); register it, or give 'module:function'"
+                )
+            return action, registered
+        _validate.callable_("action", action)
+        for name, registered in self._actions.items():
+            if registered is action:
+                return name, registered
+        path = _codec.import_path(action)
+        if path is None:
+            raise _codec.refusal(action)
+        return path, action  # type: ignore[return-value]
+
+    def _callable(self, name: str) -> Callable[..., object] | None:
+        """The function a stored action name means here, or ``None`` if this node cannot run it."""
+        found = self._actions.get(name) or self._callables.get(name)
+        if found is None and ":" in name and name not in self._broken:
+            try:
+                found = _codec.resolve_path(name)
+            except Exception as exc:
+                logger.warning("action %r cannot be imported here (%r): left to others", name, exc)
+                self._broken.add(name)
+                return None
+            self._callables[name] = found
+        return found
+
+    def _known(self) -> Known:
+        return Known(tuple(self._actions), tuple(self._broken))
+
+    def job(
+        self,
+        when: Schedule,
+        *,
+        task_id: Hashable | None = None,
+        replace_existing: bool = True,
+        **options: Any,
+    ) -> Callable[[F], F]:
+        """As :meth:`cadence.Scheduler.job`, declared with :meth:`ensure`.
+
+        So a restart (or another worker) declaring the same job keeps its
+        stored cursor instead of starting it over. The function must be
+        defined at module level (it is stored as its import path).
+        """
+
+        def declare(action: F) -> F:
+            name = task_id if task_id is not None else f"{action.__module__}.{action.__qualname__}"
+            self.ensure(name, when, action, **options)  # type: ignore[arg-type]
+            return action
+
+        return declare
+
+    # -- scheduling ------------------------------------------------------
+
+    def schedule_once(
+        self,
+        task_id: Hashable,
+        delay: Time | timedelta,
+        action: Any,
+        max_retries: int = 0,
+        **options: Unpack[TaskOptions],
+    ) -> bool:
+        """As :meth:`cadence.Scheduler.schedule_once`, stored (see the class docstring)."""
+        return self.schedule(
+            task_id,
+            Once(_validate.delay("delay", delay)),
+            action,
+            max_retries=max_retries,
+            **options,
+        )
+
+    def schedule_at_fixed_rate(
+        self,
+        task_id: Hashable,
+        initial_delay: Time | timedelta,
+        period: Time | timedelta,
+        action: Any,
+        max_retries: int = 0,
+        **options: Any,
+    ) -> bool:
+        """As :meth:`cadence.Scheduler.schedule_at_fixed_rate`, stored."""
+        initial_delay = _validate.delay("initial_delay", initial_delay)
+        period = _validate.positive("period", period)
+        when = FixedRate(period, delay=initial_delay)
+        return self.schedule(task_id, when, action, max_retries=max_retries, **options)
+
+    def schedule(
+        self,
+        task_id: Hashable,
+        when: Schedule,
+        action: Any,
+        *,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        max_retries: int = 0,
+        retry: RetryPolicy | None = None,
+        retry_on: RetryOn | None = None,
+        misfire: Misfire | None = None,
+        priority: int = 0,
+        replace_existing: bool = False,
+    ) -> bool:
+        """As :meth:`cadence.Scheduler.schedule`; the task is stored when this returns.
+
+        ``action`` is a registered name, ``"module:function"``, or a function
+        defined at module level (stored as its import path). Raises, besides
+        what ``Scheduler.schedule`` raises, ``TypeError`` for a non-str
+        ``task_id``, an action it cannot store by name (a lambda, a nested
+        function: the message says what to do), arguments that are not JSON,
+        a schedule or retry policy that is not a built-in one. Nothing is
+        stored when it raises.
+        """
+        row = self._row(task_id, when, action, args, kwargs, max_retries, retry, retry_on,
+                        misfire, priority)  # fmt: skip
+
+        def add(old: TaskRow | None) -> Change[bool]:
+            if old is not None and old.status not in FINISHED and not replace_existing:
+                return Change(False)
+            if old is not None:
+                row.fence = old.fence + 1  # the old task's run in flight is now stale
+            return Change(True, row=row, requeued=True)
+
+        decided = self._store.modify(row.task_id, add)
+        assert decided is not None
+        if decided.value:
+            self._added(row)
+        return decided.value
+
+    def ensure(
+        self,
+        task_id: str,
+        when: Schedule,
+        action: Any,
+        *,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        max_retries: int = 0,
+        retry: RetryPolicy | None = None,
+        retry_on: RetryOn | None = None,
+        misfire: Misfire | None = None,
+        priority: int = 0,
+    ) -> bool:
+        """Make sure a task exists as declared: for tasks declared at every start-up.
+
+        Idempotent across processes and restarts, so N workers (gunicorn)
+        that all call it at start-up give one task, not N: absent, the task
+        is added; present and unfinished with the same declaration, nothing
+        changes (its cursor, retries and lease are kept); present with
+        another declaration, the declaration is updated (a new schedule
+        takes over as :meth:`reschedule` does; its run in flight goes on);
+        finished (done, failed, or cancelled by someone), it is left alone.
+        Returns ``True`` if it added or changed the task. Arguments and
+        errors are :meth:`schedule`'s. One transaction.
+        """
+        row = self._row(task_id, when, action, args, kwargs, max_retries, retry, retry_on,
+                        misfire, priority)  # fmt: skip
+
+        def ensure(old: TaskRow | None) -> Change[bool]:
+            if old is None:
+                return Change(True, row=row, requeued=True)
+            if old.status in FINISHED:
+                return Change(False)
+            same = old.action == row.action and old.priority == row.priority
+            if same and old.spec == row.spec:
+                return Change(False)
+            if old.spec["schedule"] == row.spec["schedule"]:
+                old.action, old.spec, old.priority = row.action, row.spec, row.priority
+                return Change(True, row=old)
+            task = restore(old, _never)
+            assert task.plan is not None
+            cursor = (
+                None
+                if row.state["cursor"] is None
+                else task.plan.schedule.resume(  # type: ignore[attr-defined]
+                    row.state["cursor"][0]
+                )
+            )
+            task.engine.reschedule(task.task_id, cursor, row.due)
+            new, requeued = dump(task, keep_lease=True)
+            new.action, new.spec, new.priority = row.action, row.spec, row.priority
+            if cursor is not None:
+                new.state["cursor"] = row.state["cursor"]
+            return Change(True, row=new, requeued=requeued)
+
+        decided = self._store.modify(row.task_id, ensure)
+        assert decided is not None
+        if decided.value:
+            self._added(row)
+        return decided.value
+
+    def _row(
+        self,
+        task_id: Hashable,
+        when: Schedule,
+        action: Any,
+        args: Any,
+        kwargs: Any,
+        max_retries: int,
+        retry: RetryPolicy | None,
+        retry_on: RetryOn | None,
+        misfire: Misfire | None,
+        priority: int,
+    ) -> TaskRow:
+        """Check everything a new task needs and build its row (nothing is stored)."""
+        if not isinstance(task_id, str):
+            raise TypeError(
+                f"task_id must be a str for a durable task, got {task_id!r} "
+                f"({type(task_id).__name__})"
+            )
+        name, function = self._reference(action)
+        _validate.count("max_retries", max_retries)
+        _check_priority(priority)
+        if isinstance(when, Once) and misfire is not None:
+            raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
+        stored_args = None if args is None else _codec.json_value("args", args)
+        stored_kwargs = None if kwargs is None else _codec.json_value("kwargs", kwargs)
+        prepare(function, stored_args, stored_kwargs)  # the call shape, checked now
+        spec = {
+            "args": stored_args,
+            "kwargs": stored_kwargs,
+            "schedule": _codec.schedule_spec(when),
+            "max_retries": max_retries,
+            "retry": _codec.retry_spec(retry or self._engine._retry, self._engine._backoff),
+            "retry_on": _codec.retry_on_spec(retry_on),
+            "misfire": None if misfire is None else misfire.limit,
+        }
+        plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)
+        cursor, first = self._first(when)
+        plan.cursor = cursor
+        return new_row(task_id, name, spec, plan, first)
+
+    def _added(self, row: TaskRow) -> None:
+        if self._listeners:
+            self._wake(row.due)
+        if self._hooks:
+            self._emit(Event(EventKind.TASK_ADDED, row.task_id, row.due))
+
+    # -- changes -----------------------------------------------------------
+
+    def _apply(
+        self, task_id: Hashable, operation: Callable[[Held], bool], event: EventKind | None
+    ) -> bool:
+        """Apply an engine operation to a stored, unfinished task, in one transaction."""
+        if not isinstance(task_id, str):
+            return False
+
+        def change(row: TaskRow | None) -> Change[bool]:
+            if row is None or row.status in FINISHED:
+                return Change(False)
+            task = restore(row, _never)
+            if not operation(task):
+                return Change(False)
+            new, requeued = dump(task, keep_lease=row.status in LEASED)
+            return Change(True, row=new, requeued=requeued)
+
+        decided = self._store.modify(task_id, change)
+        changed = decided is not None and decided.value
+        if changed:
+            assert decided is not None
+            assert decided.row is not None
+            if self._listeners:
+                self._wake(decided.row.due)
+            if event is not None and self._hooks:
+                self._emit(Event(event, task_id))
+        return changed
+
+    def cancel(self, task_id: Hashable) -> bool:
+        """As :meth:`cadence.Scheduler.cancel`, in the store: every process sees it.
+
+        A run in flight anywhere goes on (cooperative); its completion is
+        recorded and changes nothing. One transaction.
+        """
+        cancelled = self._apply(task_id, lambda t: t.engine.cancel(t.task_id), None)
+        if cancelled:
+            with self._hold:
+                held = self._held.get(task_id)  # type: ignore[call-overload]
+                if held is not None:
+                    held.cancelled = True
+            if self._hooks:
+                self._emit(Event(EventKind.TASK_REMOVED, task_id))
+        return cancelled
+
+    def pause(self, task_id: Hashable) -> bool:
+        """As :meth:`cadence.Scheduler.pause`, in the store. One transaction."""
+        return self._apply(task_id, lambda t: t.engine.pause(t.task_id), EventKind.TASK_PAUSED)
+
+    def resume(self, task_id: Hashable) -> bool:
+        """As :meth:`cadence.Scheduler.resume`, in the store. One transaction."""
+        return self._apply(task_id, lambda t: t.engine.resume(t.task_id), EventKind.TASK_RESUMED)
+
+    def reschedule(self, task_id: Hashable, when: Schedule) -> bool:
+        """As :meth:`cadence.Scheduler.reschedule`, in the store. One transaction."""
+        spec = _codec.schedule_spec(when)
+        cursor, first = self._first(when)
+
+        def operation(task: Held) -> bool:
+            task.row.spec["schedule"] = spec
+            return task.engine.reschedule(task.task_id, cursor, first)
+
+        return self._apply(task_id, operation, None)
+
+    def trigger(self, task_id: Hashable) -> bool:
+        """Run a scheduled task once now, outside its schedule; its schedule goes on after.
+
+        ``False`` if the task is unknown, finished, paused, or has a run in
+        flight. The extra run is an ordinary run of the task (retried per its
+        policy); afterwards the task's next slot is the one it had. One
+        transaction.
+        """
+        now = _validate.time_from("the clock", self._clock())
+
+        def operation(task: Held) -> bool:
+            plan = task.plan
+            if task.status is not Status.SCHEDULED or plan is None or plan.paused:
+                return False
+            due, backlog, slot = task.entry[0], plan.backlog, plan.slot
+            if due <= now:  # due already: it runs now anyway
+                return True
+            task.engine.reschedule(task.task_id, plan.cursor, now)
+            plan.backlog = deque([due, *(backlog or ())])  # then the run it had
+            plan.slot = slot
+            return True
+
+        return self._apply(task_id, operation, None)
+
+    # -- queries -----------------------------------------------------------
+
+    def status(self, task_id: Hashable) -> Status | None:
+        """As :meth:`cadence.Scheduler.status`; finished tasks stay until pruned. One read."""
+        row = self._store.get(task_id) if isinstance(task_id, str) else None
+        return None if row is None else Status(row.status)
+
+    def is_paused(self, task_id: Hashable) -> bool:
+        """As :meth:`cadence.Scheduler.is_paused`. One read."""
+        row = self._store.get(task_id) if isinstance(task_id, str) else None
+        return row is not None and row.paused and row.status not in FINISHED
+
+    def info(self, task_id: Hashable) -> TaskInfo | None:
+        """As :meth:`cadence.Scheduler.info` (``last_outcome`` from the stored history).
+
+        The outcome's ``error`` is a :class:`StoredError` with the stored text.
+        Two reads.
+        """
+        row = self._store.get(task_id) if isinstance(task_id, str) else None
+        return None if row is None else self._info(row)
+
+    def tasks(self) -> list[TaskInfo]:
+        """As :meth:`cadence.Scheduler.tasks`: every unfinished stored task. O(n) reads."""
+        return [self._info(row) for row in self._store.rows() if row.status not in FINISHED]
+
+    def history(self, task_id: str, limit: int = 20) -> list[OutcomeRow]:
+        """The task's latest ``limit`` recorded runs, newest first. One read."""
+        _validate.count("limit", limit)
+        return self._store.outcomes(task_id, limit)
+
+    def next_run_time(self, task_id: Hashable = _UNSET) -> Time | None:
+        """As :meth:`cadence.Scheduler.next_run_time`, over the store.
+
+        Without ``task_id`` it also counts when another node's lease expires
+        (its run may then be taken over): the time a runner must wake up by.
+        One indexed read.
+        """
+        if task_id is _UNSET:
+            return self._store.next_due(self._node, self._known())
+        info = self.info(task_id)
+        return None if info is None else info.next_run_time
+
+    def _info(self, row: TaskRow) -> TaskInfo:
+        status = Status(row.status)
+        last = self._store.outcomes(row.task_id, 1)
+        outcome = None
+        if last:
+            o = last[0]
+            error = None if o.error is None else StoredError(o.error)
+            started = o.finished if o.started is None else o.started
+            outcome = RunOutcome(
+                row.task_id, o.at, Result(o.result), error, o.attempt, started, o.skipped
+            )
+        return TaskInfo(
+            row.task_id,
+            status,
+            row.paused,
+            row.due if status is Status.SCHEDULED and not row.paused else None,
+            _codec.schedule_from(row.spec["schedule"]),
+            row.state["attempt"],
+            outcome,
+        )
+
+    # -- running -----------------------------------------------------------
+
+    def tick(self, now: Time) -> list[RunOutcome]:
+        """As :meth:`cadence.Scheduler.tick`, one claim and one completion per run.
+
+        A run cut short by an interrupt between them keeps its lease until it
+        expires; then it is run again (at-least-once, same idempotency key).
+        """
+        _validate.finite("now", now)
+        outcomes: list[RunOutcome] = []
+        while True:
+            task = self._claim_from_store(now, 1)
+            if task is None:
+                return outcomes
+            error = self._call(task)
+            outcomes.append(self._complete(task, error, now, now))
+            if error is not None and fatal(error):
+                raise error
+
+    def _claim(self, now: Time, *, queued: bool = False) -> Held | None:
+        """The next run for a runner: from this node's claimed batch, else a new claim."""
+        with self._hold:
+            while self._buffer:
+                task = self._buffer.popleft()
+                if task.lost or task.cancelled:
+                    continue
+                if now < task.until:
+                    return task
+                task.lost = True  # not renewed in time: someone may have it now
+                logger.warning("task %r: lease ran out before its run started", task.task_id)
+        return self._claim_from_store(now, self._batch)
+
+    def _claim_from_store(self, now: Time, limit: int) -> Held | None:
+        rows = self._store.claim(self._node, now, limit, self._lease, self._known())
+        ready = []
+        for row in rows:
+            task = self._decide(row, now)
+            if task is not None:
+                ready.append(task)
+        if not ready:
+            return None
+        with self._hold:
+            for task in ready:
+                self._held[task.task_id] = task  # type: ignore[index]
+            self._buffer.extend(ready[1:])
+        return ready[0]
+
+    def _decide(self, row: TaskRow, now: Time) -> Held | None:
+        """Turn a claimed row into a run to start, or settle it (and return ``None``)."""
+        function = self._callable(row.action)
+        if function is None:
+            self._release(row)
+            return None
+        action = self._bind(function, row)
+        if row.reclaimed:
+            logger.warning(
+                "task %r: took over its run at %r from an expired lease (expiry %d)",
+                row.task_id,
+                row.due,
+                row.expiries,
+            )
+            task = restore(row, action, Status.RUNNING)
+            if row.expiries >= self._max_expiries:
+                error = LeaseExpired(
+                    f"the lease of task {row.task_id!r}'s run at {row.due!r} expired "
+                    f"{row.expiries} times"
+                )
+                self._complete(task, error, now, now)
+                return None
+        else:
+            task = restore(row, action, Status.SCHEDULED)
+            claimed = task.engine.claim(now)
+            if claimed is None or task.row.state != dump(task, keep_lease=True)[0].state:
+                # the misfire policy moved the run (or ended the task): store its decision
+                settled = claimed is None
+                new, requeued = dump(task, keep_lease=not settled)
+                decided = self._store.modify(
+                    row.task_id,
+                    lambda _: Change(None, row=new, requeued=requeued),
+                    fence=row.fence,
+                )
+                if decided is None or settled:
+                    return None
+                task.row = new
+        task.until = now + self._lease
+        if isinstance(action, Bound):
+            action.bind(row.task_id, task.plan)
+            action.fence, action.expiries = row.fence, row.expiries
+        return task
+
+    def _bind(self, function: Callable[..., object], row: TaskRow) -> Action:
+        """The call of a stored action; a call shape that no longer fits fails the run."""
+        try:
+            return prepare(function, row.spec["args"], row.spec["kwargs"])
+        except TypeError as exc:
+            return _raiser(exc)
+
+    def _release(self, row: TaskRow) -> None:
+        """Give a claimed, unstarted run back: claimable again at once, nothing counted."""
+
+        def give_back(current: TaskRow | None) -> Change[None]:
+            assert current is not None
+            current.status = str(Status.SCHEDULED)
+            current.owner = current.lease_until = None
+            return Change(None, row=current)
+
+        self._store.modify(row.task_id, give_back, fence=row.fence)
+
+    def _start(self, task: Held) -> bool:  # type: ignore[override]
+        """A worker picks up a claimed run: ``False`` if it was cancelled or its lease lost."""
+        return not (task.cancelled or task.lost)
+
+    def _complete(  # type: ignore[override]
+        self, task: Held, error: BaseException | None, started: Time, finished: Time
+    ) -> RunOutcome:
+        """Record a run's end in one fenced transaction: the engine decides from the row.
+
+        If the lease was lost meanwhile, nothing is written (the new holder's
+        outcome counts); the run's outcome is still returned, as this node
+        saw it, and the loss is logged.
+        """
+        value = task.value
+
+        def complete(row: TaskRow | None) -> Change[RunOutcome]:
+            assert row is not None
+            status = Status.CANCELLED if row.status == Status.CANCELLED else Status.RUNNING
+            fresh = restore(row, task.action, status)
+            fresh.value = value
+            outcome = fresh.engine.complete(fresh, error, started, finished)
+            new, requeued = dump(fresh, keep_lease=False)
+            return Change(
+                outcome, row=new, outcome=outcome_row(row, outcome, finished), requeued=requeued
+            )
+
+        with self._hold:
+            self._held.pop(task.task_id, None)  # type: ignore[call-overload]
+        decided = self._store.modify(task.row.task_id, complete, fence=task.fence)
+        if decided is None:
+            if task.cancelled:  # cancelled (and its id reused) while it ran: only reported
+                task.engine.cancel(task.task_id)
+            else:
+                logger.warning(
+                    "task %r: lease lost before its run at %r completed; its outcome is not "
+                    "recorded (the run was taken over)",
+                    task.task_id,
+                    task.entry[0],
+                )
+            outcome = task.engine.complete(task, error, started, finished)
+        else:
+            outcome = decided.value
+            if self._listeners and decided.requeued and decided.row is not None:
+                self._wake(decided.row.due)
+        if self._hooks:
+            self._emit_outcome(outcome)
+        return outcome
+
+    # -- runners: heartbeat, wake-ups, release on stop -----------------------
+
+    def _subscribe(self, callback: Callable[[Time], object]) -> Callable[[], None]:
+        """A runner starts driving this scheduler: keep its leases and watch the store."""
+        unsubscribe = super()._subscribe(callback)
+        with self._hold:
+            self._users += 1
+            if self._keeper is None:
+                self._keeper_stop.clear()
+                self._keeper = threading.Thread(
+                    target=self._keep, name="cadence-heartbeat", daemon=True
+                )
+                self._keeper.start()
+
+        def stop() -> None:
+            unsubscribe()
+            with self._hold:
+                self._users -= 1
+                last = self._users == 0
+                keeper, buffered = self._keeper, list(self._buffer)
+                if last:
+                    self._keeper, self._buffer = None, deque()
+                    for task in buffered:
+                        self._held.pop(task.task_id, None)  # type: ignore[call-overload]
+            if last:
+                self._keeper_stop.set()
+                if keeper is not None and keeper is not threading.current_thread():
+                    keeper.join()
+                for task in buffered:
+                    self._release(task.row)
+
+        return stop
+
+    def _keep(self) -> None:
+        """The heartbeat thread: renew leases every ``lease / 3``; wake runners on writes."""
+        beat_every = self._lease / 3
+        last_beat = -float("inf")
+        seen = None
+        while not self._keeper_stop.wait(min(self._poll, beat_every)):
+            try:
+                now = _validate.time_from("the clock", self._clock())
+                if now - last_beat >= beat_every:
+                    self._heartbeat(now)
+                    last_beat = now
+                version = self._store.changes()
+                if version != seen:
+                    seen = version
+                    head = self.next_run_time()
+                    if head is not None:
+                        self._wake(head)
+            except Exception:
+                logger.exception("heartbeat failed; retrying")
+
+    def _heartbeat(self, now: Time) -> None:
+        """Extend this node's leases; learn which runs were lost or cancelled meanwhile."""
+        with self._hold:
+            if not self._held:
+                return
+        held = self._store.heartbeat(self._node, now, self._lease)
+        with self._hold:
+            for task_id, task in self._held.items():
+                mine = held.get(task_id)
+                if mine is None or mine[0] != task.fence:
+                    if not task.lost:
+                        logger.warning("task %r: lease lost (taken over elsewhere)", task_id)
+                    task.lost = True
+                elif mine[1] == Status.CANCELLED:
+                    task.cancelled = True
+                else:
+                    task.until = now + self._lease
+
+
+class StoredError(Exception):
+    """A run's error as read back from a store: its text (the exception itself stayed
+    in the process that ran it)."""
+
+
+def _never(at: Time) -> None:
+    raise RuntimeError("cadence: a task restored only to be changed was run")

@@ -1,0 +1,55 @@
+"""Durable stores: where a :class:`~cadence.durable.DurableScheduler` keeps tasks.
+
+* :class:`SQLiteStore`: the embedded default, one file, no server (standard
+  library); several processes on one host may share it.
+* :class:`MemoryStore`: the same protocol in memory (simulations, tests,
+  ``memory:``).
+
+:func:`open_store` turns a store URL (``sqlite:///relative.db``,
+``sqlite:////absolute.db``, ``memory:``) into an opened store. The protocol
+a store implements is :class:`Store`; its rows are :class:`TaskRow` and
+:class:`OutcomeRow`.
+"""
+
+from __future__ import annotations
+
+from ._base import Change, Known, OutcomeRow, Store, TaskRow
+from ._memory import MemoryStore
+from ._sqlite import SQLiteStore, StoreError
+
+
+def open_store(url: str) -> Store:
+    """Open (creating or migrating the schema) the store a URL names.
+
+    ``sqlite:///path.db`` (relative to the working directory),
+    ``sqlite:////abs/path.db`` or ``memory:``. Raises ``TypeError`` for a
+    non-str and :class:`StoreError` for a URL of no known kind (or what the
+    store's ``open`` raises).
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {url!r}")
+    store: Store
+    if url == "memory:":
+        store = MemoryStore()
+    elif url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
+        store = SQLiteStore(url[len("sqlite:///") :])
+    else:
+        raise StoreError(
+            f"store URL {url!r} is not one of sqlite:///relative/path.db, "
+            "sqlite:////absolute/path.db, memory:"
+        )
+    store.open()
+    return store
+
+
+__all__ = [
+    "Change",
+    "Known",
+    "MemoryStore",
+    "OutcomeRow",
+    "SQLiteStore",
+    "Store",
+    "StoreError",
+    "TaskRow",
+    "open_store",
+]

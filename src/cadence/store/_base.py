@@ -1,0 +1,202 @@
+"""The store protocol: what a durable scheduler needs from a database.
+
+A store keeps one row per task (:class:`TaskRow`: the task's spec and its
+current run) and an append-only table of run outcomes (:class:`OutcomeRow`).
+It makes no scheduling decision of its own: every change to a row goes
+through :meth:`Store.modify`, which reads the row, lets the caller's pure
+function (the engine's decision, :mod:`cadence.durable`) compute the new row
+and the outcome to record, and writes both, all in one transaction. The only
+other writes are the lease bookkeeping (:meth:`Store.claim`,
+:meth:`Store.heartbeat`), which decide nothing about schedules.
+
+Every method is one transaction; none spans user code. Times are numbers on
+the scheduler's (epoch) clock, passed in by the caller as ``now``.
+
+Leases and fencing: :meth:`Store.claim` leases a due row to a node until
+``now + lease`` and increments its ``fence``; every later write for that run
+(:meth:`Store.modify` with ``fence=``) happens only if the fence still
+matches, so a holder that lost its lease (crash, pause) writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+from cadence._types import Time
+
+T = TypeVar("T")
+
+SCHEDULED, QUEUED, RUNNING = "scheduled", "queued", "running"
+LEASED = (QUEUED, RUNNING)
+FINISHED = ("done", "failed", "cancelled")
+
+
+@dataclass(slots=True)
+class TaskRow:
+    """One stored task: its identity, its spec and its current run.
+
+    ``spec`` (JSON) says what the task is: ``args``, ``kwargs``, ``schedule``,
+    ``max_retries``, ``retry``, ``retry_on``, ``misfire``. ``state`` (JSON)
+    says where it is: its schedule cursor, retries used by the current slot,
+    misfire backlog and skips. ``due`` is the time of its current run;
+    ``seq`` orders runs due at the same time and priority (scheduling order,
+    across processes). ``fence``, ``owner``, ``lease_until`` and
+    ``expiries`` are the lease of a run in flight (``queued``/``running``).
+    ``reclaimed`` is set on rows a claim took over from an expired lease
+    (not stored).
+    """
+
+    task_id: str
+    action: str
+    spec: dict[str, Any]
+    state: dict[str, Any]
+    status: str
+    paused: bool
+    due: Time
+    priority: int = 0
+    seq: int = 0
+    fence: int = 0
+    owner: str | None = None
+    lease_until: Time | None = None
+    expiries: int = 0
+    reclaimed: bool = field(default=False, compare=False)
+
+    def copy(self) -> TaskRow:
+        """A copy that shares nothing mutable with this row. O(size of the JSON)."""
+        return replace(self, spec=_deep(self.spec), state=_deep(self.state))
+
+
+def _deep(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep(v) for v in value]
+    return value
+
+
+class OutcomeRow(NamedTuple):
+    """One recorded run: at most one per ``(task_id, slot, attempt, fence)``.
+
+    ``slot`` is the run's slot (the same for every retry of it; the
+    idempotency key is ``f"{task_id}@{slot!r}"``), ``at`` the run's own time
+    (the slot, or its retry time), ``result`` ``ok``/``retry``/``failed``,
+    ``error`` the failure as text, ``skipped`` the slots its misfire policy
+    skipped just before it, ``owner`` the node that ran it.
+    """
+
+    task_id: str
+    slot: Time
+    attempt: int
+    fence: int
+    at: Time
+    result: str
+    error: str | None
+    started: Time | None
+    finished: Time
+    skipped: int = 0
+    owner: str | None = None
+
+
+@dataclass(slots=True)
+class Change(Generic[T]):
+    """What a :meth:`Store.modify` function decided: a row to write, an outcome, a value.
+
+    ``row`` is written (inserted or updated) unless it is ``None``;
+    ``requeued`` gives it a new ``seq`` (its run was queued anew, as the
+    engine's queue numbers a pushed run); ``outcome`` is inserted with it;
+    ``value`` is returned to the caller.
+    """
+
+    value: T
+    row: TaskRow | None = None
+    outcome: OutcomeRow | None = None
+    requeued: bool = False
+
+
+class Known(NamedTuple):
+    """Which actions a node can run: ``names`` it registered, and import paths
+    (``"pkg.mod:func"``, claimed by any node) except the ``broken`` ones it failed
+    to import."""
+
+    names: Collection[str]
+    broken: Collection[str]
+
+    def __contains__(self, action: object) -> bool:
+        return isinstance(action, str) and (
+            action in self.names or (":" in action and action not in self.broken)
+        )
+
+
+class Store(Protocol):
+    """A durable store of tasks and outcomes (see the module docstring).
+
+    Implementations: :class:`~cadence.store.MemoryStore` (in memory, for
+    simulations and tests) and :class:`~cadence.store.SQLiteStore`.
+    """
+
+    def open(self) -> None:
+        """Create or migrate the schema; refuse (never delete) data it cannot read."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; idempotent."""
+        ...
+
+    def modify(
+        self,
+        task_id: str,
+        change: Callable[[TaskRow | None], Change[T]],
+        *,
+        fence: int | None = None,
+    ) -> Change[T] | None:
+        """Read the row, apply ``change`` to a copy, write what it decided; one transaction.
+
+        ``change`` gets ``None`` for an unknown id. With ``fence``, a row whose
+        fence differs (or no row) is left alone and ``None`` is returned
+        without calling ``change``: the caller's lease was lost.
+        """
+        ...
+
+    def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
+        """Lease up to ``limit`` runs to ``node``: due rows and rows whose lease expired.
+
+        Due rows (``scheduled``, not paused, ``due <= now``) go in ``(due,
+        priority, seq)`` order; expired leases (``lease_until < now``) are
+        taken over (``expiries + 1``, ``reclaimed`` set). Each becomes
+        ``running``, owned by ``node`` until ``now + lease``, its fence
+        incremented. Only actions in ``known``. Never returns a row leased by
+        a live holder.
+        """
+        ...
+
+    def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
+        """Extend every lease ``node`` holds to ``now + lease``.
+
+        Returns ``{task_id: (fence, status)}`` for the rows ``node`` owns: a
+        held run missing there (or with another fence) lost its lease; a
+        ``cancelled`` status means the user cancelled it meanwhile.
+        """
+        ...
+
+    def next_due(self, node: str, known: Known) -> Time | None:
+        """The earliest time something may become claimable for ``node``: the
+        earliest due run, or the earliest expiry of another node's lease."""
+        ...
+
+    def get(self, task_id: str) -> TaskRow | None:
+        """The row of ``task_id``, or ``None``."""
+        ...
+
+    def rows(self) -> list[TaskRow]:
+        """Every row, finished ones included, ordered by task id. O(n)."""
+        ...
+
+    def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
+        """The task's latest ``limit`` outcomes, newest first."""
+        ...
+
+    def changes(self) -> int:
+        """A number that changes when another connection or process commits a write."""
+        ...

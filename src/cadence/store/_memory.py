@@ -1,0 +1,150 @@
+"""MemoryStore: the store protocol in memory, with the same conditional semantics."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from cadence._types import Time
+
+from ._base import LEASED, RUNNING, SCHEDULED, Change, Known, OutcomeRow, TaskRow
+
+T = TypeVar("T")
+
+
+class MemoryStore:
+    """A :class:`~cadence.store.Store` that keeps everything in this process.
+
+    Nothing survives the process: it backs deterministic simulations of
+    several nodes sharing one store, and ``memory:`` store URLs. Rows are
+    copied in and out, so a caller never shares state with the store, as
+    with a database. Thread-safe (one lock). Costs: :meth:`modify` and
+    :meth:`get` O(1) plus the copy; :meth:`claim` and :meth:`next_due` O(n).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[str, TaskRow] = {}
+        self._outcomes: dict[tuple[str, Time, int, int], OutcomeRow] = {}
+        self._seq = 0
+        self._version = 0
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore tasks={len(self._rows)}>"
+
+    def open(self) -> None:
+        """Nothing to create."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def modify(
+        self,
+        task_id: str,
+        change: Callable[[TaskRow | None], Change[T]],
+        *,
+        fence: int | None = None,
+    ) -> Change[T] | None:
+        """See :meth:`cadence.store.Store.modify`."""
+        with self._lock:
+            row = self._rows.get(task_id)
+            if fence is not None and (row is None or row.fence != fence):
+                return None
+            decided = change(None if row is None else row.copy())
+            if decided.outcome is not None:
+                outcome = decided.outcome
+                key = (outcome.task_id, outcome.slot, outcome.attempt, outcome.fence)
+                if key in self._outcomes:
+                    raise RuntimeError(f"outcome {key} recorded twice")
+                self._outcomes[key] = outcome
+            if decided.row is not None:
+                new = decided.row.copy()
+                if decided.requeued or row is None:
+                    self._seq += 1
+                    new.seq = self._seq
+                self._rows[task_id] = new
+            self._version += 1
+            return decided
+
+    def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
+        """See :meth:`cadence.store.Store.claim`."""
+        with self._lock:
+            due = sorted(
+                (r for r in self._rows.values() if _due(r, now) and r.action in known),
+                key=lambda r: (r.due, r.priority, r.seq),
+            )[:limit]
+            expired = sorted(
+                (r for r in self._rows.values() if _expired(r, now) and r.action in known),
+                key=lambda r: r.lease_until or 0,
+            )[:limit]
+            claimed = []
+            for row in due + expired:
+                row.reclaimed = row.status != SCHEDULED
+                if row.reclaimed:
+                    row.expiries += 1
+                row.status = RUNNING
+                row.owner = node
+                row.lease_until = now + lease
+                row.fence += 1
+                claimed.append(row.copy())
+                row.reclaimed = False
+            if claimed:
+                self._version += 1
+            return claimed
+
+    def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
+        """See :meth:`cadence.store.Store.heartbeat`."""
+        with self._lock:
+            held = {}
+            for row in self._rows.values():
+                if row.owner == node:
+                    if row.status in LEASED:
+                        row.lease_until = now + lease
+                    held[row.task_id] = (row.fence, row.status)
+            return held
+
+    def next_due(self, node: str, known: Known) -> Time | None:
+        """See :meth:`cadence.store.Store.next_due`."""
+        with self._lock:
+            times = [
+                r.due
+                for r in self._rows.values()
+                if r.status == SCHEDULED and not r.paused and r.action in known
+            ]
+            times += [
+                r.lease_until
+                for r in self._rows.values()
+                if r.status in LEASED and r.owner != node and r.lease_until is not None
+                and r.action in known
+            ]  # fmt: skip
+            return min(times, default=None)
+
+    def get(self, task_id: str) -> TaskRow | None:
+        """See :meth:`cadence.store.Store.get`."""
+        with self._lock:
+            row = self._rows.get(task_id)
+            return None if row is None else row.copy()
+
+    def rows(self) -> list[TaskRow]:
+        """See :meth:`cadence.store.Store.rows`."""
+        with self._lock:
+            return [self._rows[key].copy() for key in sorted(self._rows)]
+
+    def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
+        """See :meth:`cadence.store.Store.outcomes`."""
+        with self._lock:
+            mine = [o for o in self._outcomes.values() if o.task_id == task_id]
+        return list(reversed(mine))[:limit]
+
+    def changes(self) -> int:
+        """See :meth:`cadence.store.Store.changes`."""
+        return self._version
+
+
+def _due(row: TaskRow, now: Time) -> bool:
+    return row.status == SCHEDULED and not row.paused and row.due <= now
+
+
+def _expired(row: TaskRow, now: Time) -> bool:
+    return row.status in LEASED and row.lease_until is not None and row.lease_until < now

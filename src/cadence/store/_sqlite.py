@@ -1,0 +1,417 @@
+"""SQLiteStore: the embedded default store (standard library ``sqlite3``, no server).
+
+Durability: WAL journal, ``synchronous=FULL`` by default (a committed write
+survives power loss; ``NORMAL`` is an opt-in that may lose the last
+commits on power loss, never on a process crash), every write in a
+``BEGIN IMMEDIATE`` transaction (one writer at a time, no upgrade
+deadlocks), a busy timeout, and a retry of the rare ``database is locked``
+left after it, so that error never reaches users. Several processes on one
+host may share the file; it must be on a local filesystem (WAL needs shared
+memory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, TypeVar
+
+from cadence._types import Time
+
+from ._base import RUNNING, Change, Known, OutcomeRow, TaskRow
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+"""The schema this code writes; an older one is migrated forward, a newer one refused."""
+
+BUSY_TIMEOUT = 30.0
+"""Seconds a connection waits for the write lock before SQLite reports it busy."""
+
+LOCKED_RETRY = 120.0
+"""Seconds a write keeps retrying past the busy timeout before the error propagates."""
+
+_COLUMNS = (
+    "task_id, action, spec, state, status, paused, due, priority, seq, fence, owner, "
+    "lease_until, expiries"
+)
+_OUTCOME_COLUMNS = (
+    "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner"
+)
+
+
+def _migrations(p: str) -> list[list[str]]:
+    """The schema, as forward-only steps: step k takes version k to k + 1.
+
+    Time columns have no declared type (BLOB affinity), so ints stay ints and
+    floats stay floats: an ``at`` read back is the very number written.
+    """
+    return [
+        [
+            f"CREATE TABLE IF NOT EXISTS {p}meta (key TEXT PRIMARY KEY, value NOT NULL)",
+            f"""CREATE TABLE {p}tasks (
+                task_id     TEXT PRIMARY KEY,
+                action      TEXT NOT NULL,
+                spec        TEXT NOT NULL,
+                state       TEXT NOT NULL,
+                status      TEXT NOT NULL,
+                paused      INTEGER NOT NULL DEFAULT 0,
+                due,
+                priority    INTEGER NOT NULL DEFAULT 0,
+                seq         INTEGER NOT NULL,
+                fence       INTEGER NOT NULL DEFAULT 0,
+                owner       TEXT,
+                lease_until,
+                expiries    INTEGER NOT NULL DEFAULT 0
+            )""",
+            f"CREATE INDEX {p}due ON {p}tasks (due, priority, seq) "
+            "WHERE status = 'scheduled' AND paused = 0",
+            f"CREATE INDEX {p}lease ON {p}tasks (lease_until) "
+            "WHERE status IN ('queued', 'running')",
+            f"CREATE INDEX {p}owner ON {p}tasks (owner) WHERE owner IS NOT NULL",
+            f"""CREATE TABLE {p}outcomes (
+                task_id  TEXT NOT NULL,
+                slot     NOT NULL,
+                attempt  INTEGER NOT NULL,
+                fence    INTEGER NOT NULL,
+                at       NOT NULL,
+                result   TEXT NOT NULL,
+                error    TEXT,
+                started,
+                finished NOT NULL,
+                skipped  INTEGER NOT NULL DEFAULT 0,
+                owner    TEXT,
+                PRIMARY KEY (task_id, slot, attempt, fence)
+            )""",
+            f"CREATE INDEX {p}outcomes_recent ON {p}outcomes (task_id, finished)",
+            f"INSERT OR IGNORE INTO {p}meta VALUES ('seq', 0)",
+        ],
+    ]
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as it is: a newer schema, an unreadable row, a bad URL."""
+
+
+class SQLiteStore:
+    """A :class:`~cadence.store.Store` in one SQLite file.
+
+    ``path`` is the database file (created if missing; ``":memory:"`` is
+    refused: each connection would see its own database). ``synchronous``
+    is ``"FULL"`` (default: durable across power loss) or ``"NORMAL"``
+    (faster; a power loss may lose the last commits). ``prefix`` names the
+    tables (``cadence_tasks``, ``cadence_outcomes``, ``cadence_meta`` by
+    default), so several schedules can share one file.
+
+    Thread-safe: each thread gets its own connection. Costs: one
+    transaction (and, with ``FULL``, one fsync) per write; :meth:`claim` and
+    :meth:`next_due` read only the earliest rows through an index, so they
+    do not grow with the number of stored tasks.
+
+    Raises ``TypeError``/``ValueError`` for bad arguments, and
+    :class:`StoreError` from :meth:`open` for a schema newer than this code.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        prefix: str = "cadence_",
+    ) -> None:
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"path must be a str or path, got {path!r}")
+        path = os.fspath(path)
+        if path in {":memory:", ""}:
+            raise ValueError(f"path must name a file, got {path!r}: use MemoryStore instead")
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        if not isinstance(prefix, str) or not prefix.replace("_", "a").isalnum():
+            raise ValueError(f"prefix must be letters, digits and underscores, got {prefix!r}")
+        self.path = path
+        self.synchronous = synchronous
+        self._p = prefix
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
+
+    # -- connections -----------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            if self._closed:
+                raise StoreError(f"{self!r} is closed")
+            db = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+            )
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
+            self._local.db = db
+            with self._all_lock:
+                self._all.append(db)
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed, or rolled back on error."""
+        db = self._db()
+        deadline = time.monotonic() + LOCKED_RETRY
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        try:
+            yield db
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        _commit(db, deadline)
+
+    def open(self) -> None:
+        """Create the schema, or migrate an older one forward, in one transaction.
+
+        Raises :class:`StoreError` for a schema newer than this code (rows are
+        never deleted or rewritten to make them fit).
+        """
+        p = self._p
+        steps = _migrations(p)
+        with self._write() as db:
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {p}meta (key TEXT PRIMARY KEY, value NOT NULL)"
+            )
+            found = db.execute(
+                f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
+            ).fetchone()
+            version = 0 if found is None else int(found[0])
+            if version > len(steps):
+                raise StoreError(
+                    f"{self.path}: schema version {version} is newer than this cadence "
+                    f"(version {len(steps)}); upgrade cadence. Nothing was changed."
+                )
+            for step in steps[version:]:
+                for statement in step:
+                    db.execute(statement)
+            db.execute(
+                f"INSERT OR REPLACE INTO {p}meta VALUES ('schema_version', ?)", (len(steps),)
+            )
+
+    def close(self) -> None:
+        """Close every connection this store opened (they are reopened on next use)."""
+        with self._all_lock:
+            dbs, self._all = self._all, []
+        for db in dbs:
+            db.close()
+        self._local = threading.local()
+
+    # -- the protocol ----------------------------------------------------
+
+    def modify(
+        self,
+        task_id: str,
+        change: Callable[[TaskRow | None], Change[T]],
+        *,
+        fence: int | None = None,
+    ) -> Change[T] | None:
+        """See :meth:`cadence.store.Store.modify`."""
+        p = self._p
+        with self._write() as db:
+            found = db.execute(
+                f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            row = None if found is None else _row(found)
+            if fence is not None and (row is None or row.fence != fence):
+                return None
+            decided = change(row)
+            if decided.outcome is not None:
+                db.execute(
+                    f"INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    decided.outcome,
+                )
+            new = decided.row
+            if new is not None:
+                if decided.requeued or row is None:
+                    new.seq = db.execute(
+                        f"UPDATE {p}meta SET value = value + 1 WHERE key = 'seq' RETURNING value"
+                    ).fetchone()[0]
+                db.execute(
+                    f"INSERT OR REPLACE INTO {p}tasks ({_COLUMNS}) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    _values(new),
+                )
+            return decided
+
+    def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
+        """See :meth:`cadence.store.Store.claim`."""
+        p = self._p
+        where, params = _known(known)
+        until = now + lease
+        with self._write() as db:
+            due = db.execute(
+                f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
+                f"fence = fence + 1 WHERE task_id IN (SELECT task_id FROM {p}tasks "
+                f"WHERE status = 'scheduled' AND paused = 0 AND due <= ? AND {where} "
+                f"ORDER BY due, priority, seq LIMIT ?) RETURNING {_COLUMNS}",
+                (node, until, now, *params, limit),
+            ).fetchall()
+            expired = db.execute(
+                f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
+                f"fence = fence + 1, expiries = expiries + 1 WHERE task_id IN "
+                f"(SELECT task_id FROM {p}tasks WHERE status IN ('queued', 'running') "
+                f"AND lease_until < ? AND {where} ORDER BY lease_until LIMIT ?) "
+                f"RETURNING {_COLUMNS}",
+                (node, until, now, *params, limit),
+            ).fetchall()
+        rows = sorted((_row(r) for r in due), key=lambda r: (r.due, r.priority, r.seq))
+        for found in expired:
+            row = _row(found)
+            row.reclaimed = True
+            rows.append(row)
+        return rows
+
+    def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
+        """See :meth:`cadence.store.Store.heartbeat`."""
+        p = self._p
+        with self._write() as db:
+            db.execute(
+                f"UPDATE {p}tasks SET lease_until = ? WHERE owner = ? "
+                "AND status IN ('queued', 'running')",
+                (now + lease, node),
+            )
+            held = db.execute(
+                f"SELECT task_id, fence, status FROM {p}tasks WHERE owner = ?", (node,)
+            ).fetchall()
+        return {task_id: (fence, status) for task_id, fence, status in held}
+
+    def next_due(self, node: str, known: Known) -> Time | None:
+        """See :meth:`cadence.store.Store.next_due`."""
+        p = self._p
+        where, params = _known(known)
+        db = self._db()
+        due = db.execute(
+            f"SELECT due FROM {p}tasks WHERE status = 'scheduled' AND paused = 0 AND {where} "
+            "ORDER BY due, priority, seq LIMIT 1",
+            params,
+        ).fetchone()
+        lease = db.execute(
+            f"SELECT lease_until FROM {p}tasks WHERE status IN ('queued', 'running') "
+            f"AND owner != ? AND {where} ORDER BY lease_until LIMIT 1",
+            (node, *params),
+        ).fetchone()
+        times = [found[0] for found in (due, lease) if found is not None]
+        return min(times, default=None)
+
+    def get(self, task_id: str) -> TaskRow | None:
+        """See :meth:`cadence.store.Store.get`."""
+        found = (
+            self._db()
+            .execute(f"SELECT {_COLUMNS} FROM {self._p}tasks WHERE task_id = ?", (task_id,))
+            .fetchone()
+        )
+        return None if found is None else _row(found)
+
+    def rows(self) -> list[TaskRow]:
+        """See :meth:`cadence.store.Store.rows`."""
+        found = self._db().execute(f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id")
+        return [_row(r) for r in found.fetchall()]
+
+    def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
+        """See :meth:`cadence.store.Store.outcomes`."""
+        found = self._db().execute(
+            f"SELECT {_OUTCOME_COLUMNS} FROM {self._p}outcomes WHERE task_id = ? "
+            "ORDER BY finished DESC, rowid DESC LIMIT ?",
+            (task_id, limit),
+        )
+        return [OutcomeRow(*r) for r in found.fetchall()]
+
+    def changes(self) -> int:
+        """``PRAGMA data_version`` of this thread's connection: moves when others commit."""
+        return int(self._db().execute("PRAGMA data_version").fetchone()[0])
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    message = str(exc)
+    return "locked" in message or "busy" in message
+
+
+def _commit(db: sqlite3.Connection, deadline: float) -> None:
+    while True:
+        try:
+            db.execute("COMMIT")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() > deadline:
+                db.execute("ROLLBACK")
+                raise
+            time.sleep(0.01)
+
+
+def _known(known: Known) -> tuple[str, list[str]]:
+    """The SQL condition for "an action this node can run", and its parameters."""
+    names, broken = list(known.names), list(known.broken)
+    marks = ",".join("?" * len(names))
+    broken_marks = ",".join("?" * len(broken))
+    sql = f"(action IN ({marks}) OR (instr(action, ':') > 0 AND action NOT IN ({broken_marks})))"
+    return sql, [*names, *broken]
+
+
+def _row(found: Sequence[Any]) -> TaskRow:
+    task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
+    owner, lease_until, expiries = found[10:]
+    try:
+        spec_value, state_value = json.loads(spec), json.loads(state)
+    except ValueError as exc:
+        raise StoreError(
+            f"task {task_id!r}: its stored spec or state is not valid JSON ({exc}); "
+            "the row is left as it is"
+        ) from None
+    return TaskRow(
+        task_id,
+        action,
+        spec_value,
+        state_value,
+        status,
+        bool(paused),
+        due,
+        priority,
+        seq,
+        fence,
+        owner,
+        lease_until,
+        expiries,
+    )
+
+
+def _values(row: TaskRow) -> tuple[Any, ...]:
+    return (
+        row.task_id,
+        row.action,
+        json.dumps(row.spec, allow_nan=False),
+        json.dumps(row.state, allow_nan=False),
+        row.status,
+        int(row.paused),
+        row.due,
+        row.priority,
+        row.seq,
+        row.fence,
+        row.owner,
+        row.lease_until,
+        row.expiries,
+    )
+
+
+__all__ = ["SQLiteStore", "StoreError"]
