@@ -9,7 +9,7 @@ import pytest
 
 import cadence
 
-PUBLIC_MODULES = {"cron", "misfire", "retry", "schedules"}  # homes of the policies
+PUBLIC_MODULES = {"cron", "misfire", "retry", "schedules", "store", "durable"}  # policies, layers
 CORE_MODULES = ["_engine.py", "_queue.py", "_types.py", "_validate.py", "_scheduler.py",
                 "_policy.py", "schedules.py", "misfire.py", "_calls.py"]  # fmt: skip
 FORBIDDEN = {"time", "threading", "asyncio", "concurrent", "random", "datetime"}
@@ -25,7 +25,7 @@ ALLOWED = {
 
 def test_all_is_exactly_the_public_names() -> None:
     assert sorted(cadence.__all__) == sorted(
-        ["AsyncRunner", "Backoff", "Cursor", "Event", "EventKind", "FixedDelay", "FixedRate",
+        ["AsyncRunner", "Backoff", "Cursor", "DurableScheduler", "Event", "EventKind", "FixedDelay", "FixedRate",
          "ManualClock", "Misfire", "NoRetry", "Once", "Result", "RetryPolicy", "RunContext",
          "RunOutcome", "Runner", "Schedule", "Scheduler", "Stats", "StatsSnapshot", "Status",
          "TaskInfo"]

@@ -8,6 +8,10 @@ Policies have a public module each, re-exported here: :mod:`cadence.schedules`
 (when a task runs), :mod:`cadence.retry` (how long a failed run waits),
 :mod:`cadence.misfire` (what a recurring task does about missed slots), and
 :mod:`cadence.cron` (cron expressions; extra ``cadence[cron]``).
+
+:class:`DurableScheduler` is the same API over a durable store
+(:mod:`cadence.store`: SQLite by default): tasks survive restarts and
+``kill -9``, and several processes share one schedule.
 """
 
 import importlib as _importlib
@@ -26,10 +30,12 @@ from .schedules import Cursor, FixedDelay, FixedRate, Once, Schedule
 if _typing.TYPE_CHECKING:
     from ._async import AsyncRunner
     from ._runner import Runner
+    from .durable import DurableScheduler
 
-# The runners pull in threading, logging, concurrent.futures and asyncio: they
-# are imported on first use, so `import cadence` for tests and tick stays light.
-_LAZY = {"Runner": "._runner", "AsyncRunner": "._async"}
+# The runners pull in threading, logging, concurrent.futures and asyncio, the
+# durable scheduler sqlite3: they are imported on first use, so `import cadence`
+# for tests and tick stays light, and in-memory mode never loads store code.
+_LAZY = {"Runner": "._runner", "AsyncRunner": "._async", "DurableScheduler": ".durable"}
 
 
 def __getattr__(name: str) -> _typing.Any:
@@ -50,6 +56,7 @@ __all__ = [
     "AsyncRunner",
     "Backoff",
     "Cursor",
+    "DurableScheduler",
     "Event",
     "EventKind",
     "FixedDelay",

@@ -371,19 +371,12 @@ class DurableScheduler(Scheduler):
                 old.action, old.spec, old.priority = row.action, row.spec, row.priority
                 return Change(True, row=old)
             task = restore(old, _never)
-            assert task.plan is not None
-            cursor = (
-                None
-                if row.state["cursor"] is None
-                else task.plan.schedule.resume(  # type: ignore[attr-defined]
-                    row.state["cursor"][0]
-                )
-            )
+            stored = row.state["cursor"]
+            schedule: Any = _codec.schedule_from(row.spec["schedule"])
+            cursor = None if stored is None else schedule.resume(stored[0])
             task.engine.reschedule(task.task_id, cursor, row.due)
-            new, requeued = dump(task, keep_lease=True)
+            new, requeued = dump(task, keep_lease=old.status in LEASED)
             new.action, new.spec, new.priority = row.action, row.spec, row.priority
-            if cursor is not None:
-                new.state["cursor"] = row.state["cursor"]
             return Change(True, row=new, requeued=requeued)
 
         decided = self._store.modify(row.task_id, ensure)

@@ -1,0 +1,402 @@
+"""DurableScheduler through its public API, on a MemoryStore and a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sqlite3
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cadence import (
+    AsyncRunner,
+    DurableScheduler,
+    FixedDelay,
+    FixedRate,
+    ManualClock,
+    Misfire,
+    Once,
+    RunContext,
+    Runner,
+    Status,
+)
+from cadence.cron import Cron
+from cadence.durable import LeaseExpired, StoredError
+from cadence.store import MemoryStore, SQLiteStore, Store, StoreError, open_store
+from tests.helpers import Collector, rows
+from tests.durable import jobs
+
+NOOP = "tests.durable.jobs:noop"
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "s.db")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1000)
+
+
+@pytest.fixture
+def sched(store: Store, clock: ManualClock) -> DurableScheduler:
+    return DurableScheduler(store, clock=clock)
+
+
+# -- what is stored: names, paths, JSON -----------------------------------------
+
+
+def test_actions_are_names_paths_or_module_functions(sched: DurableScheduler) -> None:
+    log: list[Any] = []
+    sched.register("log", lambda at: log.append(at))
+    assert sched.schedule_once("a", 1, "log")
+    assert sched.schedule_once("b", 2, NOOP)
+    assert sched.schedule_once("c", 3, jobs.noop)  # stored as its import path
+    assert sched.schedule_once("d", 4, jobs.add, args=[1, 2])
+    assert sched.store.get("c").action == NOOP  # type: ignore[union-attr]
+    outcomes = sched.tick(1004)
+    assert rows(outcomes) == [(t, 1000 + i, "ok", 0) for i, t in enumerate("abcd", 1)]
+    assert outcomes[3].value == 3
+    assert log == [1001]
+
+
+def test_lambdas_nested_functions_and_unregistered_names_are_refused(
+    sched: DurableScheduler,
+) -> None:
+    def nested(at: Any) -> None: ...
+
+    with pytest.raises(TypeError, match=r"is a lambda: .*register it"):
+        sched.schedule_once("a", 1, lambda at: None)
+    with pytest.raises(TypeError, match=r"is a nested function: .*Define it at module level"):
+        sched.schedule_once("a", 1, nested)
+    with pytest.raises(TypeError, match=r"action 'nope' is not registered"):
+        sched.schedule_once("a", 1, "nope")
+    with pytest.raises(TypeError, match=r"action 'no.such:thing' cannot be imported"):
+        sched.schedule_once("a", 1, "no.such:thing")
+    assert sched.status("a") is None
+
+
+def test_arguments_must_be_json_and_fit_the_call_shape(sched: DurableScheduler) -> None:
+    with pytest.raises(TypeError, match=r"args\[1\]\['when'\] is .*datetime.*stored as JSON"):
+        sched.schedule_once("a", 1, jobs.add, args=[1, {"when": datetime.now(UTC)}])
+    with pytest.raises(TypeError, match=r"kwargs\['x'\] is nan: JSON has no NaN"):
+        sched.schedule_once("a", 1, jobs.add, kwargs={"x": float("nan")})
+    with pytest.raises(TypeError, match=r"cannot be called with args=\[1\]"):
+        sched.schedule_once("a", 1, jobs.add, args=[1])
+    with pytest.raises(TypeError, match=r"cannot be called as action\(at\)"):
+        sched.schedule_once("a", 1, jobs.add)
+    with pytest.raises(TypeError, match=r"task_id must be a str for a durable task, got 3"):
+        sched.schedule_once(3, 1, jobs.noop)
+    assert sched.tasks() == []
+
+
+def test_schedules_and_policies_must_be_storable(sched: DurableScheduler) -> None:
+    class Mine:
+        def start(self, now: Any) -> Any: ...
+
+    with pytest.raises(TypeError, match=r"a schedule a store can keep"):
+        sched.schedule("a", Mine(), jobs.noop)  # type: ignore[arg-type]
+
+    class Retry:
+        def delay(self, retry: int, previous: Any) -> float:
+            return 1.0
+
+    with pytest.raises(TypeError, match=r"retry must be Backoff\(...\) or NoRetry\(\)"):
+        sched.schedule_once("a", 1, jobs.noop, retry=Retry())
+
+    class LocalError(Exception):
+        pass
+
+    with pytest.raises(TypeError, match=r"retry_on must be exception types defined at module"):
+        sched.schedule_once("a", 1, jobs.noop, retry_on=LocalError)
+
+
+def test_a_monotonic_clock_is_refused(store: Store) -> None:
+    with pytest.raises(ValueError, match=r"monotonic.*durable scheduler needs epoch time"):
+        DurableScheduler(store, clock=time.monotonic)
+
+
+def test_the_run_context_carries_fence_and_key(sched: DurableScheduler) -> None:
+    seen: list[RunContext] = []
+
+    def record(*, run: RunContext) -> None:
+        seen.append(run)
+
+    sched.register("record", record)
+    sched.schedule_at_fixed_rate("r", 0, 10, "record", args=[])
+    sched.tick(1010)
+    assert [(c.key, c.attempt, c.expiries) for c in seen] == [
+        ("r@1000", 0, 0),
+        ("r@1010", 0, 0),
+    ]
+    assert seen[0].fence < seen[1].fence
+
+
+# -- durability ---------------------------------------------------------------
+
+
+def test_tasks_survive_a_restart(tmp_path: Path, clock: ManualClock) -> None:
+    path = tmp_path / "r.db"
+    first = DurableScheduler(SQLiteStore(path), clock=clock)
+    first.schedule_at_fixed_rate("r", 10, 10, NOOP, max_retries=2)
+    first.schedule("c", Cron("*/5 * * * *"), NOOP, misfire=Misfire.COALESCE)
+    first.store.close()
+    again = DurableScheduler(SQLiteStore(path), clock=clock)
+    assert again.status("r") is Status.SCHEDULED
+    assert again.next_run_time("r") == 1010
+    assert rows(again.tick(1030)) == [("r", 1010, "ok", 0), ("r", 1020, "ok", 0), ("r", 1030, "ok", 0)]
+    info = again.info("c")
+    assert info is not None
+    assert repr(info.schedule) == "Cron('*/5 * * * *', tz='UTC')"
+
+
+@pytest.mark.parametrize(
+    ("misfire", "runs", "skipped"),
+    [(None, 10, 0), (Misfire.COALESCE, 1, 9), (Misfire.SKIP, 0, 10), (Misfire.bounded(3), 3, 7)],
+)
+def test_downtime_meets_the_misfire_policy_once(
+    tmp_path: Path, misfire: Misfire | None, runs: int, skipped: int
+) -> None:
+    clock = ManualClock(0)
+    path = tmp_path / "m.db"
+    DurableScheduler(SQLiteStore(path), clock=clock).schedule_at_fixed_rate(
+        "r", 10, 10, NOOP, misfire=misfire
+    )
+    clock.set(105)  # "down" for ten periods: slots 10..100 missed
+    nodes = [DurableScheduler(SQLiteStore(path), clock=clock) for _ in range(3)]
+    outcomes = [o for node in nodes for o in node.tick(105)]
+    assert len(outcomes) == runs
+    assert sum(o.skipped for o in outcomes) == (skipped if runs else 0)
+    if not runs:  # SKIP: the count comes with the next run
+        [after] = nodes[0].tick(110)
+        assert (after.at, after.skipped) == (110, skipped)
+    assert nodes[1].next_run_time("r") == 110 if runs else 120
+
+
+def test_retries_backoff_and_failure_are_the_engines(sched: DurableScheduler) -> None:
+    sched.register("boom", _boom)
+    sched.schedule_once("a", 0, "boom", max_retries=2)
+    assert rows(sched.tick(1003)) == [("a", 1000, "retry", 0), ("a", 1001, "retry", 1),
+                                      ("a", 1003, "failed", 2)]  # fmt: skip
+    assert sched.status("a") is Status.FAILED
+    [last, *_] = sched.history("a")
+    assert (last.slot, last.attempt, last.result, last.error) == (1000, 2, "failed", "ValueError: boom")
+    info = sched.info("a")
+    assert info is not None
+    assert isinstance(info.last_outcome.error, StoredError)  # type: ignore[union-attr]
+
+
+def _boom(at: Any) -> None:
+    raise ValueError("boom")
+
+
+# -- control from another process (another scheduler on the same store) ----------
+
+
+def test_pause_resume_cancel_and_trigger_from_another_scheduler(store: Store) -> None:
+    clock = ManualClock(0)
+    node, control = DurableScheduler(store, clock=clock), DurableScheduler(store, clock=clock)
+    node.schedule_at_fixed_rate("r", 10, 10, NOOP)
+    assert control.pause("r") and control.is_paused("r") and node.is_paused("r")
+    assert node.tick(30) == []
+    assert control.resume("r")
+    assert [o.at for o in node.tick(30)] == [10, 20, 30]
+    clock.set(31)
+    assert control.trigger("r")
+    assert [o.at for o in node.tick(31)] == [31]  # the triggered run, at "now"
+    assert node.next_run_time("r") == 40  # the schedule goes on where it was
+    assert control.cancel("r")
+    assert node.status("r") is Status.CANCELLED
+    assert node.tick(100) == []
+    assert not control.trigger("r") and not control.pause("r") and not control.cancel("r")
+
+
+def test_ensure_is_idempotent_and_updates_a_changed_declaration(store: Store) -> None:
+    clock = ManualClock(0)
+    workers = [DurableScheduler(store, clock=clock) for _ in range(4)]
+    rate = FixedRate(10, delay=10)
+    assert [w.ensure("job", rate, NOOP) for w in workers] == [True, False, False, False]
+    assert [o.at for o in workers[0].tick(20)] == [10, 20]
+    clock.set(25)
+    assert not workers[1].ensure("job", rate, NOOP)  # a restart keeps the cursor
+    assert workers[2].next_run_time("job") == 30
+    assert workers[3].ensure("job", FixedDelay(7, initial_delay=7), NOOP)  # a new one takes over
+    assert workers[0].next_run_time("job") == 32
+    workers[0].cancel("job")
+    assert not workers[1].ensure("job", rate, NOOP)  # cancelled stays cancelled
+    assert len(store.rows()) == 1
+
+
+def test_unknown_actions_are_left_for_a_node_that_knows_them(store: Store) -> None:
+    clock = ManualClock(0)
+    knows, other = DurableScheduler(store, clock=clock), DurableScheduler(store, clock=clock)
+    knows.register("mine", jobs.noop)
+    knows.schedule_once("a", 0, "mine")
+    assert other.tick(5) == []
+    assert other.status("a") is Status.SCHEDULED
+    assert rows(knows.tick(5)) == [("a", 0, "ok", 0)]
+
+
+def test_an_import_path_that_broke_is_left_untouched_with_a_warning(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ManualClock(0)
+    s = DurableScheduler(store, clock=clock)
+    s.schedule_once("a", 0, NOOP)
+
+    def rename(row: Any) -> Any:
+        from cadence.store import Change
+
+        row.action = "tests.durable.jobs:gone"
+        return Change(None, row=row)
+
+    store.modify("a", rename)
+    assert s.tick(1) == []
+    assert "cannot be imported here" in caplog.text
+    assert s.status("a") is Status.SCHEDULED
+    assert store.get("a").fence == 1  # type: ignore[union-attr]  # claimed once, released
+
+
+def test_a_lease_that_keeps_expiring_fails_the_run(store: Store) -> None:
+    clock = ManualClock(0)
+    dead = [DurableScheduler(store, clock=clock, lease=5, max_expiries=2) for _ in range(3)]
+    dead[0].schedule_at_fixed_rate("r", 0, 100, NOOP)
+    assert dead[0]._claim(0) is not None  # claimed, then the holder "dies"
+    assert dead[1]._claim(6) is not None  # taken over (expiry 1), and it dies too
+    assert dead[2]._claim(12) is None  # expiry 2: the run fails instead of a third start
+    [last, *_] = dead[2].history("r")
+    assert (last.result, last.slot) == ("failed", 0)
+    assert LeaseExpired.__name__ in (last.error or "")
+    assert dead[2].next_run_time("r") == 100  # and the schedule goes on
+
+
+def test_a_stale_holder_writes_nothing(store: Store) -> None:
+    clock = ManualClock(0)
+    a, b = DurableScheduler(store, clock=clock, lease=5), DurableScheduler(store, clock=clock)
+    a.schedule_once("x", 0, NOOP, max_retries=3)
+    held = a._claim(0)
+    assert held is not None
+    taken = b._claim(10)  # a stalled past its lease
+    assert taken is not None
+    b._complete(taken, None, 10, 10)
+    a._complete(held, ValueError("late"), 1, 11)  # woken up: its completion is fenced off
+    assert [(o.result, o.owner) for o in b.history("x")] == [("ok", b.node)]
+    assert b.status("x") is Status.DONE
+
+
+# -- the store -------------------------------------------------------------------
+
+
+def test_a_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    SQLiteStore(path).open()
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE cadence_meta SET value = 99 WHERE key = 'schema_version'")
+    db.close()
+    with pytest.raises(StoreError, match=r"schema version 99 is newer than this cadence"):
+        SQLiteStore(path).open()
+
+
+def test_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(open_store("memory:"), MemoryStore)
+    store = open_store("sqlite:///rel.db")
+    assert isinstance(store, SQLiteStore)
+    assert (tmp_path / "rel.db").exists()
+    assert isinstance(open_store(f"sqlite:///{tmp_path}/abs.db"), SQLiteStore)
+    with pytest.raises(StoreError, match=r"store URL 'mysql://x' is not one of"):
+        open_store("mysql://x")
+
+
+def test_table_prefixes_keep_schedules_apart(tmp_path: Path, clock: ManualClock) -> None:
+    a = DurableScheduler(SQLiteStore(tmp_path / "p.db", prefix="a_"), clock=clock)
+    b = DurableScheduler(SQLiteStore(tmp_path / "p.db", prefix="b_"), clock=clock)
+    a.schedule_once("x", 0, NOOP)
+    assert b.status("x") is None
+    assert a.status("x") is Status.SCHEDULED
+
+
+# -- runners drive it as they drive memory --------------------------------------
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_the_thread_runner_and_its_pool_drive_a_durable_scheduler(
+    tmp_path: Path, pool: bool
+) -> None:
+    sched = DurableScheduler(SQLiteStore(tmp_path / "t.db"), lease=3)
+    done = Collector()
+    executor = concurrent.futures.ThreadPoolExecutor(4) if pool else None
+    with Runner(sched, executor=executor, on_outcome=done):
+        for i in range(20):
+            sched.schedule_once(f"t{i}", 0.01 * (i % 5), jobs.add, args=[i, 1])
+        assert done.wait_for(20, timeout=10)
+    if executor:
+        executor.shutdown()
+    assert sorted(o.value for o in done.outcomes) == list(range(1, 21))  # type: ignore[type-var]
+    assert all(sched.status(f"t{i}") is Status.DONE for i in range(20))
+
+
+def test_the_async_runner_drives_a_durable_scheduler(tmp_path: Path) -> None:
+    sched = DurableScheduler(SQLiteStore(tmp_path / "a.db"))
+    sched.register("later", _later)
+
+    async def main() -> list[Any]:
+        done = Collector()
+        async with AsyncRunner(sched, on_outcome=done):
+            sched.schedule_once("a", 0.01, "later", args=[5])
+            for _ in range(200):
+                if done.outcomes:
+                    break
+                await asyncio.sleep(0.02)
+        return [o.value for o in done.outcomes]
+
+    assert asyncio.run(main()) == [6]
+
+
+async def _later(x: int) -> int:
+    await asyncio.sleep(0)
+    return x + 1
+
+
+def test_another_process_write_wakes_a_sleeping_runner(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    sched = DurableScheduler(SQLiteStore(path), poll=0.02)
+    other = DurableScheduler(SQLiteStore(path))
+    done = Collector()
+    with Runner(sched, on_outcome=done):
+        time.sleep(0.05)  # asleep, nothing scheduled
+        started = time.time()
+        other.schedule_once("x", 0, NOOP)
+        assert done.wait_for(1, timeout=5)
+    assert done.outcomes[0].started - started < 1.0
+
+
+def test_stopping_releases_claimed_unstarted_runs(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    sched = DurableScheduler(SQLiteStore(path), batch=10)
+    sched.register("slow", _slow)
+    for i in range(5):
+        sched.schedule_once(f"s{i}", 0, "slow")
+    runner = Runner(sched)
+    runner.start()
+    time.sleep(0.1)  # s0 runs; s1..s4 are claimed into this node's batch
+    runner.stop()
+    statuses = [sched.status(f"s{i}") for i in range(5)]
+    assert statuses[0] is Status.DONE
+    assert statuses[1:] == [Status.SCHEDULED] * 4  # given back, not left to expire
+    assert [r.owner for r in sched.store.rows()][1:] == [None] * 4
+
+
+def _slow(at: Any) -> None:
+    time.sleep(0.3)
+
+
+def test_once_at_a_past_time_runs_at_once(sched: DurableScheduler) -> None:
+    sched.schedule("o", Once(at=10), NOOP)
+    assert rows(sched.tick(1000)) == [("o", 10, "ok", 0)]
