@@ -436,7 +436,7 @@ class Scheduler:
             raise ValueError(f"delay {delay!r} puts the run past the largest time, at {at!r}")
         return at
 
-    def _first(self, when: Schedule) -> tuple[Cursor | None, Time]:
+    def _first(self, when: Schedule, now: Time | None = None) -> tuple[Cursor | None, Time]:
         """Bind ``when`` to a new task: its cursor (``None`` for a one-off) and first run.
 
         Raises ``TypeError`` for a ``when`` that is not a schedule or a first
@@ -444,7 +444,8 @@ class Scheduler:
         is not finite, or a schedule that needs an epoch clock on a
         monotonic one; what the schedule itself raises propagates.
         """
-        now = time_from("the clock", self._clock())
+        if now is None:
+            now = time_from("the clock", self._clock())
         if self._epoch is False and getattr(when, "epoch", False):
             raise ValueError(
                 f"{when!r} runs at wall-clock instants, but this scheduler's clock is "

@@ -27,8 +27,8 @@ from cadence import (
 from cadence.cron import Cron
 from cadence.durable import LeaseExpired, StoredError
 from cadence.store import MemoryStore, SQLiteStore, Store, StoreError, open_store
-from tests.helpers import Collector, rows
 from tests.durable import jobs
+from tests.helpers import Collector, rows
 
 NOOP = "tests.durable.jobs:noop"
 
@@ -53,7 +53,7 @@ def sched(store: Store, clock: ManualClock) -> DurableScheduler:
 
 def test_actions_are_names_paths_or_module_functions(sched: DurableScheduler) -> None:
     log: list[Any] = []
-    sched.register("log", lambda at: log.append(at))
+    sched.register("log", log.append)
     assert sched.schedule_once("a", 1, "log")
     assert sched.schedule_once("b", 2, NOOP)
     assert sched.schedule_once("c", 3, jobs.noop)  # stored as its import path
@@ -100,7 +100,7 @@ def test_schedules_and_policies_must_be_storable(sched: DurableScheduler) -> Non
         def start(self, now: Any) -> Any: ...
 
     with pytest.raises(TypeError, match=r"a schedule a store can keep"):
-        sched.schedule("a", Mine(), jobs.noop)  # type: ignore[arg-type]
+        sched.schedule("a", Mine(), jobs.noop)
 
     class Retry:
         def delay(self, retry: int, previous: Any) -> float:
@@ -149,7 +149,11 @@ def test_tasks_survive_a_restart(tmp_path: Path, clock: ManualClock) -> None:
     again = DurableScheduler(SQLiteStore(path), clock=clock)
     assert again.status("r") is Status.SCHEDULED
     assert again.next_run_time("r") == 1010
-    assert rows(again.tick(1030)) == [("r", 1010, "ok", 0), ("r", 1020, "ok", 0), ("r", 1030, "ok", 0)]
+    assert rows(again.tick(1030)) == [
+        ("r", 1010, "ok", 0),
+        ("r", 1020, "ok", 0),
+        ("r", 1030, "ok", 0),
+    ]
     info = again.info("c")
     assert info is not None
     assert repr(info.schedule) == "Cron('*/5 * * * *', tz='UTC')"
@@ -185,7 +189,12 @@ def test_retries_backoff_and_failure_are_the_engines(sched: DurableScheduler) ->
                                       ("a", 1003, "failed", 2)]  # fmt: skip
     assert sched.status("a") is Status.FAILED
     [last, *_] = sched.history("a")
-    assert (last.slot, last.attempt, last.result, last.error) == (1000, 2, "failed", "ValueError: boom")
+    assert (last.slot, last.attempt, last.result, last.error) == (
+        1000,
+        2,
+        "failed",
+        "ValueError: boom",
+    )
     info = sched.info("a")
     assert info is not None
     assert isinstance(info.last_outcome.error, StoredError)  # type: ignore[union-attr]
@@ -202,7 +211,9 @@ def test_pause_resume_cancel_and_trigger_from_another_scheduler(store: Store) ->
     clock = ManualClock(0)
     node, control = DurableScheduler(store, clock=clock), DurableScheduler(store, clock=clock)
     node.schedule_at_fixed_rate("r", 10, 10, NOOP)
-    assert control.pause("r") and control.is_paused("r") and node.is_paused("r")
+    assert control.pause("r")
+    assert control.is_paused("r")
+    assert node.is_paused("r")
     assert node.tick(30) == []
     assert control.resume("r")
     assert [o.at for o in node.tick(30)] == [10, 20, 30]
@@ -213,7 +224,7 @@ def test_pause_resume_cancel_and_trigger_from_another_scheduler(store: Store) ->
     assert control.cancel("r")
     assert node.status("r") is Status.CANCELLED
     assert node.tick(100) == []
-    assert not control.trigger("r") and not control.pause("r") and not control.cancel("r")
+    assert [control.trigger("r"), control.pause("r"), control.cancel("r")] == [False] * 3
 
 
 def test_ensure_is_idempotent_and_updates_a_changed_declaration(store: Store) -> None:

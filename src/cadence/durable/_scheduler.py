@@ -504,7 +504,7 @@ class DurableScheduler(Scheduler):
         policy); afterwards the task's next slot is the one it had. One
         transaction.
         """
-        now = _validate.time_from("the clock", self._clock())
+        now = self._store_time(_validate.time_from("the clock", self._clock()))
 
         def operation(task: Held) -> bool:
             plan = task.plan
@@ -602,8 +602,20 @@ class DurableScheduler(Scheduler):
             if error is not None and fatal(error):
                 raise error
 
+    def _first(self, when: Schedule, now: Time | None = None) -> tuple[Any, Time]:
+        """As the in-memory scheduler binds a schedule, on the store's clock."""
+        if now is None:
+            now = self._store_time(_validate.time_from("the clock", self._clock()))
+        return super()._first(when, now)
+
+    def _store_time(self, now: Time) -> Time:
+        """``now`` on the store's clock: the store's own time if it keeps one."""
+        own = self._store.now()
+        return now if own is None else own
+
     def _claim(self, now: Time, *, queued: bool = False) -> Held | None:
         """The next run for a runner: from this node's claimed batch, else a new claim."""
+        now = self._store_time(now)
         with self._hold:
             while self._buffer:
                 task = self._buffer.popleft()
@@ -616,14 +628,19 @@ class DurableScheduler(Scheduler):
         return self._claim_from_store(now, self._batch)
 
     def _claim_from_store(self, now: Time, limit: int) -> Held | None:
-        rows = self._store.claim(self._node, now, limit, self._lease, self._known())
-        ready = []
-        for row in rows:
-            task = self._decide(row, now)
-            if task is not None:
-                ready.append(task)
-        if not ready:
-            return None
+        """Claim up to ``limit`` runs; return the first to start, keep the rest in the batch.
+
+        Claimed rows that turn out to need no run (skipped by a misfire
+        policy, an action this node cannot import) are settled, and the
+        claim goes on until a run is found or nothing is due.
+        """
+        now = self._store_time(now)
+        ready: list[Held] = []
+        while not ready:
+            rows = self._store.claim(self._node, now, limit, self._lease, self._known())
+            if not rows:
+                return None
+            ready = [task for task in map(self._decide, rows, [now] * len(rows)) if task]
         with self._hold:
             for task in ready:
                 self._held[task.task_id] = task  # type: ignore[index]
@@ -705,6 +722,9 @@ class DurableScheduler(Scheduler):
         saw it, and the loss is logged.
         """
         value = task.value
+        own = self._store.now()
+        if own is not None:  # the store's clock decides: shift the run's times onto it
+            started, finished = own - (finished - started), own
 
         def complete(row: TaskRow | None) -> Change[RunOutcome]:
             assert row is not None
@@ -797,6 +817,7 @@ class DurableScheduler(Scheduler):
         with self._hold:
             if not self._held:
                 return
+        now = self._store_time(now)
         held = self._store.heartbeat(self._node, now, self._lease)
         with self._hold:
             for task_id, task in self._held.items():

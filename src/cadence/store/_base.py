@@ -160,7 +160,7 @@ class Store(Protocol):
         ...
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
-        """Lease up to ``limit`` runs to ``node``: due rows and rows whose lease expired.
+        """Lease up to ``limit`` runs to ``node``: due rows, then rows whose lease expired.
 
         Due rows (``scheduled``, not paused, ``due <= now``) go in ``(due,
         priority, seq)`` order; expired leases (``lease_until < now``) are
@@ -199,4 +199,13 @@ class Store(Protocol):
 
     def changes(self) -> int:
         """A number that changes when another connection or process commits a write."""
+        ...
+
+    def now(self) -> Time | None:
+        """The store's own time, or ``None`` if it takes its callers' (the host clock).
+
+        A store with a clock of its own (a database server) decides leases and
+        due runs by it alone: a node whose clock is off only wakes at the
+        wrong moments, it never runs early or takes a live lease.
+        """
         ...

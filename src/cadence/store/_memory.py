@@ -19,11 +19,14 @@ class MemoryStore:
     Nothing survives the process: it backs deterministic simulations of
     several nodes sharing one store, and ``memory:`` store URLs. Rows are
     copied in and out, so a caller never shares state with the store, as
-    with a database. Thread-safe (one lock). Costs: :meth:`modify` and
+    with a database. ``clock`` gives the store a time of its own, as a
+    database server has (see :meth:`now`); by default it takes its
+    callers'. Thread-safe (one lock). Costs: :meth:`modify` and
     :meth:`get` O(1) plus the copy; :meth:`claim` and :meth:`next_due` O(n).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], Time] | None = None) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._rows: dict[str, TaskRow] = {}
         self._outcomes: dict[tuple[str, Time, int, int], OutcomeRow] = {}
@@ -77,7 +80,7 @@ class MemoryStore:
             expired = sorted(
                 (r for r in self._rows.values() if _expired(r, now) and r.action in known),
                 key=lambda r: r.lease_until or 0,
-            )[:limit]
+            )[: limit - len(due)]
             claimed = []
             for row in due + expired:
                 row.reclaimed = row.status != SCHEDULED
@@ -140,6 +143,10 @@ class MemoryStore:
     def changes(self) -> int:
         """See :meth:`cadence.store.Store.changes`."""
         return self._version
+
+    def now(self) -> Time | None:
+        """See :meth:`cadence.store.Store.now`: ``clock()``, if one was given."""
+        return None if self._clock is None else self._clock()
 
 
 def _due(row: TaskRow, now: Time) -> bool:

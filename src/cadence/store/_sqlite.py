@@ -268,14 +268,18 @@ class SQLiteStore:
                 f"ORDER BY due, priority, seq LIMIT ?) RETURNING {_COLUMNS}",
                 (node, until, now, *params, limit),
             ).fetchall()
-            expired = db.execute(
-                f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
-                f"fence = fence + 1, expiries = expiries + 1 WHERE task_id IN "
-                f"(SELECT task_id FROM {p}tasks WHERE status IN ('queued', 'running') "
-                f"AND lease_until < ? AND {where} ORDER BY lease_until LIMIT ?) "
-                f"RETURNING {_COLUMNS}",
-                (node, until, now, *params, limit),
-            ).fetchall()
+            expired = (
+                []
+                if len(due) >= limit
+                else db.execute(
+                    f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
+                    f"fence = fence + 1, expiries = expiries + 1 WHERE task_id IN "
+                    f"(SELECT task_id FROM {p}tasks WHERE status IN ('queued', 'running') "
+                    f"AND lease_until < ? AND {where} ORDER BY lease_until LIMIT ?) "
+                    f"RETURNING {_COLUMNS}",
+                    (node, until, now, *params, limit - len(due)),
+                ).fetchall()
+            )
         rows = sorted((_row(r) for r in due), key=lambda r: (r.due, r.priority, r.seq))
         for found in expired:
             row = _row(found)
@@ -341,6 +345,10 @@ class SQLiteStore:
     def changes(self) -> int:
         """``PRAGMA data_version`` of this thread's connection: moves when others commit."""
         return int(self._db().execute("PRAGMA data_version").fetchone()[0])
+
+    def now(self) -> None:
+        """``None``: processes sharing a SQLite file share the host's clock."""
+        return
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
