@@ -26,8 +26,8 @@ ALLOWED = {
 def test_all_is_exactly_the_public_names() -> None:
     assert sorted(cadence.__all__) == sorted(
         ["AsyncRunner", "Backoff", "Cursor", "DurableScheduler", "Event", "EventKind",
-         "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Result", "RetryPolicy", "RunContext",
-         "RunOutcome", "Runner", "Schedule", "Scheduler", "Stats", "StatsSnapshot", "Status",
+         "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Result",
+         "RetryPolicy", "RunContext", "RunOutcome", "Runner", "Schedule", "Scheduler", "Stats", "StatsSnapshot", "Status",
          "TaskInfo"]
     )  # fmt: skip
     public = {name for name in dir(cadence) if not name.startswith("_")}
