@@ -27,8 +27,8 @@ def test_all_is_exactly_the_public_names() -> None:
     assert sorted(cadence.__all__) == sorted(
         ["AsyncRunner", "Backoff", "Cursor", "DurableScheduler", "Event", "EventKind",
          "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Result",
-         "RetryPolicy", "RunContext", "RunOutcome", "Runner", "Schedule", "Scheduler", "Stats", "StatsSnapshot", "Status",
-         "TaskInfo"]
+         "RetryPolicy", "RunContext", "RunOutcome", "Runner", "Schedule", "Scheduler", "Stats",
+         "StatsSnapshot", "Status", "TaskInfo"]
     )  # fmt: skip
     public = {name for name in dir(cadence) if not name.startswith("_")}
     assert public - PUBLIC_MODULES == set(cadence.__all__)
