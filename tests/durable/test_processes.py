@@ -1,0 +1,221 @@
+"""Real processes on one SQLite file: SIGKILL, SIGSTOP, restarts, poison pills.
+
+Each test schedules tasks whose action records an effect keyed by its slot
+(``jobs.effect``) and a line per start, runs worker processes
+(``worker.py``), injects faults, and checks at the end: no slot lost, each
+run's completion recorded once, duplicate starts only for runs in flight on
+processes that lost their lease.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cadence import DurableScheduler, Misfire, Status
+from cadence.store import SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+EFFECT = "tests.durable.jobs:effect"
+
+
+class Cluster:
+    """Worker processes on one database, and what they did."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.db = str(tmp / "cadence.db")
+        self.effects = str(tmp / "effects.db")
+        self.sched = DurableScheduler(SQLiteStore(self.db))
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.kills = 0
+
+    def spawn(self, **env: str) -> subprocess.Popen[bytes]:
+        full = {**os.environ, "EFFECTS_DB": self.effects, "PYTHONPATH": str(ROOT), **env}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.durable.worker", self.db], cwd=ROOT, env=full
+        )
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        self.kills += 1
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc in self.procs:
+            proc.wait(30)
+
+    def wait_until(self, done: object, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if callable(done) and done():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"not done after {timeout} s")
+
+    def effects_by_key(self) -> Counter[str]:
+        if not os.path.exists(self.effects):
+            return Counter()
+        db = sqlite3.connect(self.effects)
+        try:
+            return Counter(key for (key,) in db.execute("SELECT key FROM effects"))
+        finally:
+            db.close()
+
+    def starts(self) -> Counter[str]:
+        path = self.effects + ".starts"
+        if not os.path.exists(path):
+            return Counter()
+        with open(path) as f:
+            return Counter(line.split()[0] for line in f if line.strip())
+
+    def completions(self) -> Counter[tuple[str, object, int]]:
+        db = sqlite3.connect(self.db)
+        try:
+            return Counter(
+                (t, s, a)
+                for t, s, a in db.execute("SELECT task_id, slot, attempt FROM cadence_outcomes")
+            )
+        finally:
+            db.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop_all()
+
+
+def _all_done(cluster: Cluster, ids: list[str]) -> bool:
+    return all(cluster.sched.status(i) is Status.DONE for i in ids)
+
+
+def test_sigkill_under_load_loses_nothing_and_runs_each_slot_once(cluster: Cluster) -> None:
+    """Four workers, one SIGKILLed (and replaced) every 0.2-0.6 s while 200 runs fall due."""
+    ids = [f"t{i:03}" for i in range(200)]
+    for i, task_id in enumerate(ids):
+        cluster.sched.schedule_once(task_id, 0.5 + i * 0.015, EFFECT, args=[], max_retries=0)
+    env = {"LEASE": "1", "EFFECT_SLEEP": "0.02"}
+    workers = [cluster.spawn(**env) for _ in range(4)]
+    rng = random.Random(7)
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        time.sleep(rng.uniform(0.2, 0.6))
+        victim = rng.randrange(len(workers))
+        cluster.kill(workers[victim])
+        workers[victim] = cluster.spawn(**env)
+    cluster.wait_until(lambda: _all_done(cluster, ids), timeout=30)
+    effects, starts, completions = cluster.effects_by_key(), cluster.starts(), cluster.completions()
+    keys = {f"{task_id}@{cluster.sched.history(task_id)[0].slot!r}" for task_id in ids}
+    assert set(effects) == keys  # 0 lost
+    assert all(n == 1 for n in completions.values())  # 0 duplicate completions
+    assert len(completions) == len(ids)
+    duplicates = sum(n - 1 for n in starts.values())
+    assert duplicates <= cluster.kills  # only runs in flight on a killed worker start twice
+
+
+@pytest.mark.parametrize("step", ["claimed", "during", "completing", "committing"])
+def test_sigkill_at_each_step_of_a_run(cluster: Cluster, step: str) -> None:
+    """Killed after the claim, during the action, after it, or inside the completion's
+    transaction: the run is taken over after the lease and its slot completes once."""
+    cluster.sched.schedule_once("x", 0, EFFECT, args=[])
+    env = {"LEASE": "0.5"}
+    if step == "during":
+        env |= {"EFFECT_SLEEP": "30"}
+    else:
+        env |= {"KILL_AT": step}
+    victim = cluster.spawn(**env)
+    if step == "during":
+        cluster.wait_until(lambda: cluster.starts(), timeout=10)
+        cluster.kill(victim)
+    else:
+        assert victim.wait(10) == -signal.SIGKILL
+        cluster.kills += 1
+    assert cluster.sched.status("x") is Status.RUNNING  # held by a dead process
+    cluster.spawn(LEASE="0.5")
+    cluster.wait_until(lambda: _all_done(cluster, ["x"]), timeout=10)
+    [outcome] = cluster.sched.history("x")
+    assert outcome.result == "ok"
+    assert list(cluster.effects_by_key()) == [f"x@{outcome.slot!r}"]
+    starts = cluster.starts()
+    expected = {"claimed": 1, "during": 2, "completing": 2, "committing": 2}[step]
+    assert sum(starts.values()) == expected  # a claimed, unstarted run never started twice
+
+
+def test_a_stopped_process_writes_nothing_when_it_wakes(cluster: Cluster) -> None:
+    """SIGSTOP a worker mid-run for three leases: another takes over; the sleeper's
+    completion, when it wakes, is fenced off."""
+    cluster.sched.schedule_once("x", 0, EFFECT, args=[])
+    sleeper = cluster.spawn(LEASE="0.5", EFFECT_SLEEP="0.5")
+    cluster.wait_until(lambda: cluster.starts(), timeout=10)
+    sleeper.send_signal(signal.SIGSTOP)
+    taker = cluster.spawn(LEASE="0.5")
+    cluster.wait_until(lambda: _all_done(cluster, ["x"]), timeout=10)
+    sleeper.send_signal(signal.SIGCONT)
+    time.sleep(1.0)  # it finishes its action and tries to complete
+    [outcome] = cluster.sched.history("x")
+    assert outcome.owner is not None
+    assert str(taker.pid) in outcome.owner
+    assert sum(cluster.starts().values()) == 2
+
+
+def test_restart_after_ten_periods_of_downtime_applies_misfire_once(cluster: Cluster) -> None:
+    """All workers down for ten periods, then two restarted: catch-up runs each missed
+    slot once, coalesce runs one with skipped = 9, skip runs none and reports 10."""
+    period = 0.3
+    for name, misfire in [("catch", None), ("coalesce", Misfire.COALESCE), ("skip", Misfire.SKIP)]:
+        cluster.sched.schedule_at_fixed_rate(name, 0.2, period, EFFECT, args=[], misfire=misfire)
+    time.sleep(0.2 + 10 * period + 0.05)  # slots 0..9 (ten) pass with nothing running
+    rows = {r.task_id: r for r in cluster.sched.store.rows()}
+    first = {name: rows[name].due for name in rows}
+    workers = [cluster.spawn(LEASE="1") for _ in range(2)]
+    time.sleep(1.0)
+    for w in workers:
+        w.terminate()
+        w.wait(10)
+    history = {name: cluster.sched.history(name, 100)[::-1] for name in first}
+    catch = [o.slot for o in history["catch"]]
+    assert catch[:10] == [first["catch"] + k * period for k in range(10)]  # each missed slot
+    assert len(catch) == len(set(catch))  # once
+    coalesce = history["coalesce"]
+    assert coalesce[0].skipped in (9, 10)  # ten missed; the latest runs (or the eleventh)
+    assert len({o.slot for o in coalesce}) == len(coalesce)
+    skip = history["skip"]
+    assert skip[0].skipped >= 10
+    completions = cluster.completions()
+    assert all(n == 1 for n in completions.values())
+
+
+def test_a_poison_pill_fails_after_max_expiries_and_the_schedule_goes_on(
+    cluster: Cluster,
+) -> None:
+    """An action that kills its process every time: after three lost leases the run
+    fails (LeaseExpired), and the task's next slot is scheduled."""
+    cluster.sched.schedule_at_fixed_rate("pill", 0, 3600, "tests.durable.jobs:suicide")
+    deadline = time.monotonic() + 30
+    while cluster.sched.history("pill") == [] and time.monotonic() < deadline:
+        proc = cluster.spawn(LEASE="0.3", RUN_FOR="1.5")
+        proc.wait(10)  # it claims, runs the pill, dies; or it fails the run and exits
+    [outcome] = cluster.sched.history("pill")
+    assert outcome.result == "failed"
+    assert "LeaseExpired" in (outcome.error or "")
+    assert cluster.sched.status("pill") is Status.SCHEDULED
+    assert cluster.sched.next_run_time("pill") == outcome.slot + 3600

@@ -1,0 +1,72 @@
+"""A worker process for the durable fault tests: a Runner on a SQLite file.
+
+``python -m tests.durable.worker DB`` runs due tasks until SIGTERM (or for
+$RUN_FOR seconds). $LEASE sets the lease (seconds); $KILL_AT makes the
+process SIGKILL itself at one step of its first run: ``claimed`` (just after
+the claim committed), ``completing`` (after the action, before the
+completion's transaction) or ``committing`` (inside that transaction, before
+its commit). The action itself can kill it too (see ``jobs.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cadence import DurableScheduler, Runner
+from cadence.store import Change, Known, SQLiteStore, TaskRow
+
+
+class KillingStore(SQLiteStore):
+    """A SQLiteStore that SIGKILLs its process at the step named by $KILL_AT."""
+
+    def __init__(self, path: str, step: str) -> None:
+        super().__init__(path)
+        self.step = step
+
+    def _die(self, step: str) -> None:
+        if self.step == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def claim(self, node: str, now: Any, limit: int, lease: Any, known: Known) -> list[TaskRow]:
+        rows = super().claim(node, now, limit, lease, known)
+        if rows:
+            self._die("claimed")
+        return rows
+
+    def modify(
+        self, task_id: str, change: Callable[[TaskRow | None], Change[Any]], *, fence: Any = None
+    ) -> Change[Any] | None:
+        if fence is None:
+            return super().modify(task_id, change)
+        self._die("completing")
+
+        def dying(row: TaskRow | None) -> Change[Any]:
+            decided = change(row)
+            self._die("committing")
+            return decided
+
+        return super().modify(task_id, dying, fence=fence)
+
+
+def main() -> None:
+    store = KillingStore(sys.argv[1], os.environ.get("KILL_AT", ""))
+    sched = DurableScheduler(
+        store, lease=float(os.environ.get("LEASE", "1")), poll=0.05, batch=1
+    )
+    run_for = float(os.environ.get("RUN_FOR", "0"))
+    runner = Runner(sched)
+    if run_for:
+        runner.start()
+        time.sleep(run_for)
+        runner.stop()
+    else:
+        runner.run_forever()
+
+
+if __name__ == "__main__":
+    main()
