@@ -123,7 +123,11 @@ def test_sigkill_under_load_loses_nothing_and_runs_each_slot_once(cluster: Clust
         cluster.kill(workers[victim])
         workers[victim] = cluster.spawn(**env)
     cluster.wait_until(lambda: _all_done(cluster, ids), timeout=30)
-    effects, starts, completions = cluster.effects_by_key(), cluster.starts(), cluster.completions()
+    effects, starts, completions = (
+        cluster.effects_by_key(),
+        cluster.starts(),
+        cluster.completions(),
+    )
     keys = {f"{task_id}@{cluster.sched.history(task_id)[0].slot!r}" for task_id in ids}
     assert set(effects) == keys  # 0 lost
     assert all(n == 1 for n in completions.values())  # 0 duplicate completions
@@ -144,7 +148,7 @@ def test_sigkill_at_each_step_of_a_run(cluster: Cluster, step: str) -> None:
         env |= {"KILL_AT": step}
     victim = cluster.spawn(**env)
     if step == "during":
-        cluster.wait_until(lambda: cluster.starts(), timeout=10)
+        cluster.wait_until(cluster.starts, timeout=10)
         cluster.kill(victim)
     else:
         assert victim.wait(10) == -signal.SIGKILL
@@ -165,7 +169,7 @@ def test_a_stopped_process_writes_nothing_when_it_wakes(cluster: Cluster) -> Non
     completion, when it wakes, is fenced off."""
     cluster.sched.schedule_once("x", 0, EFFECT, args=[])
     sleeper = cluster.spawn(LEASE="0.5", EFFECT_SLEEP="0.5")
-    cluster.wait_until(lambda: cluster.starts(), timeout=10)
+    cluster.wait_until(cluster.starts, timeout=10)
     sleeper.send_signal(signal.SIGSTOP)
     taker = cluster.spawn(LEASE="0.5")
     cluster.wait_until(lambda: _all_done(cluster, ["x"]), timeout=10)

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cadence import DurableScheduler, Runner
@@ -38,26 +38,27 @@ class KillingStore(SQLiteStore):
             self._die("claimed")
         return rows
 
-    def modify(
-        self, task_id: str, change: Callable[[TaskRow | None], Change[Any]], *, fence: Any = None
-    ) -> Change[Any] | None:
-        if fence is None:
-            return super().modify(task_id, change)
-        self._die("completing")
+    def modify_many(
+        self, changes: Sequence[tuple[str, Callable[[TaskRow | None], Change[Any]], Any]]
+    ) -> list[Change[Any] | None]:
+        if all(fence is None for _, _, fence in changes):
+            return super().modify_many(changes)
+        self._die("completing")  # completions are the fenced changes
 
-        def dying(row: TaskRow | None) -> Change[Any]:
-            decided = change(row)
-            self._die("committing")
-            return decided
+        def dying(change: Callable[[TaskRow | None], Change[Any]]) -> Any:
+            def inside(row: TaskRow | None) -> Change[Any]:
+                decided = change(row)
+                self._die("committing")
+                return decided
 
-        return super().modify(task_id, dying, fence=fence)
+            return inside
+
+        return super().modify_many([(t, dying(c), f) for t, c, f in changes])
 
 
 def main() -> None:
     store = KillingStore(sys.argv[1], os.environ.get("KILL_AT", ""))
-    sched = DurableScheduler(
-        store, lease=float(os.environ.get("LEASE", "1")), poll=0.05, batch=1
-    )
+    sched = DurableScheduler(store, lease=float(os.environ.get("LEASE", "1")), poll=0.05, batch=1)
     run_for = float(os.environ.get("RUN_FOR", "0"))
     runner = Runner(sched)
     if run_for:

@@ -109,7 +109,25 @@ def schedule_spec(when: object) -> dict[str, Any]:
 
 
 def schedule_from(spec: Mapping[str, Any]) -> Schedule:
-    """The schedule a stored spec describes. :class:`StoreError` for an unknown kind."""
+    """The schedule a stored spec describes. :class:`StoreError` for an unknown kind.
+
+    Schedules are immutable: one object per distinct spec is kept and shared.
+    """
+    key = tuple(sorted(spec.items()))
+    found = _SCHEDULES.get(key)
+    if found is None:
+        if len(_SCHEDULES) >= _CACHED:
+            _SCHEDULES.clear()
+        found = _SCHEDULES[key] = _schedule(spec)
+    return found
+
+
+_CACHED = 1024
+_SCHEDULES: dict[tuple[Any, ...], Schedule] = {}
+_RETRIES: dict[tuple[Any, ...], RetryPolicy] = {}
+
+
+def _schedule(spec: Mapping[str, Any]) -> Schedule:
     kind = spec.get("kind")
     if kind == "once":
         if spec["at"] is not None:
@@ -146,7 +164,17 @@ def retry_spec(retry: RetryPolicy | None, backoff: Time) -> dict[str, Any]:
 
 
 def retry_from(spec: Mapping[str, Any]) -> RetryPolicy:
-    """The retry policy a stored spec describes."""
+    """The retry policy a stored spec describes (one shared object per distinct spec)."""
+    key = tuple(sorted(spec.items()))
+    found = _RETRIES.get(key)
+    if found is None:
+        if len(_RETRIES) >= _CACHED:
+            _RETRIES.clear()
+        found = _RETRIES[key] = _retry(spec)
+    return found
+
+
+def _retry(spec: Mapping[str, Any]) -> RetryPolicy:
     if spec["kind"] == "none":
         return NoRetry()
     if spec["kind"] == "backoff":

@@ -114,16 +114,39 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
     """
     plan = task.plan
     assert plan is not None
-    row = task.row.copy()
-    row.status = str(task.status)
-    row.due = task.entry[0]
-    row.paused = plan.paused
-    row.state = state_of(plan)
-    if not keep_lease:
-        row.owner = row.lease_until = None
-        row.expiries = 0
+    old = task.row
+    row = TaskRow(
+        old.task_id,
+        old.action,
+        old.spec,  # specs are replaced, never changed in place: shared, with its JSON
+        state_of(plan),
+        str(task.status),
+        plan.paused,
+        task.entry[0],
+        old.priority,
+        old.seq,
+        old.fence,
+        old.owner if keep_lease else None,
+        old.lease_until if keep_lease else None,
+        old.expiries if keep_lease else 0,
+        spec_text=old.spec_text,
+    )
     requeued = task.status is Status.SCHEDULED and task.entry is not task.adopted
     return row, requeued
+
+
+def same_run(a: TaskRow, b: TaskRow) -> bool:
+    """True if two reads of a row show the same run in the same state (leases aside)."""
+    return (
+        a.fence == b.fence
+        and a.status == b.status
+        and a.paused == b.paused
+        and a.due == b.due
+        and a.priority == b.priority
+        and a.action == b.action
+        and a.state == b.state
+        and a.spec == b.spec
+    )
 
 
 def slot_of(row: TaskRow) -> Time:

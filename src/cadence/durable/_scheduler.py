@@ -33,7 +33,7 @@ from cadence.schedules import FixedRate, Once
 from cadence.store import Change, Known, OutcomeRow, Store, TaskRow
 
 from . import _codec
-from ._rows import LEASED, Held, dump, new_row, outcome_row, restore
+from ._rows import LEASED, Held, dump, new_row, outcome_row, restore, same_run, state_of
 
 logger = logging.getLogger("cadence.durable")
 """Leases lost and taken over, actions no node here knows, store faults."""
@@ -93,6 +93,9 @@ class DurableScheduler(Scheduler):
         "_broken",
         "_buffer",
         "_callables",
+        "_flush_lock",
+        "_flushed",
+        "_flushing",
         "_held",
         "_hold",
         "_keeper",
@@ -100,6 +103,7 @@ class DurableScheduler(Scheduler):
         "_lease",
         "_max_expiries",
         "_node",
+        "_pending",
         "_poll",
         "_store",
         "_users",
@@ -146,6 +150,10 @@ class DurableScheduler(Scheduler):
         self._users = 0  # runners driving this scheduler
         self._keeper: threading.Thread | None = None
         self._keeper_stop = threading.Event()
+        self._flush_lock = threading.Lock()  # group commit of completions
+        self._flushed = threading.Condition(self._flush_lock)
+        self._flushing = False
+        self._pending: list[_Pending] = []
         store.open()
 
     def __repr__(self) -> str:
@@ -491,7 +499,7 @@ class DurableScheduler(Scheduler):
         cursor, first = self._first(when)
 
         def operation(task: Held) -> bool:
-            task.row.spec["schedule"] = spec
+            task.row.spec = {**task.row.spec, "schedule": spec}  # replaced, never changed
             return task.engine.reschedule(task.task_id, cursor, first)
 
         return self._apply(task_id, operation, None)
@@ -672,7 +680,8 @@ class DurableScheduler(Scheduler):
         else:
             task = restore(row, action, Status.SCHEDULED)
             claimed = task.engine.claim(now)
-            if claimed is None or task.row.state != dump(task, keep_lease=True)[0].state:
+            assert task.plan is not None
+            if claimed is None or task.row.state != state_of(task.plan):
                 # the misfire policy moved the run (or ended the task): store its decision
                 settled = claimed is None
                 new, requeued = dump(task, keep_lease=not settled)
@@ -725,21 +734,30 @@ class DurableScheduler(Scheduler):
         own = self._store.now()
         if own is not None:  # the store's clock decides: shift the run's times onto it
             started, finished = own - (finished - started), own
+        claimed = task.row
+        decided_once: list[Change[RunOutcome]] = []
 
         def complete(row: TaskRow | None) -> Change[RunOutcome]:
+            if decided_once:  # the same transaction, tried again alone (group commit)
+                return decided_once[0]
             assert row is not None
-            status = Status.CANCELLED if row.status == Status.CANCELLED else Status.RUNNING
-            fresh = restore(row, task.action, status)
+            if same_run(row, claimed) and task.status is Status.RUNNING:
+                fresh = task  # nothing changed since the claim: its engine state holds
+            else:  # cancelled, paused, rescheduled meanwhile: decide from the row as it is
+                status = Status.CANCELLED if row.status == Status.CANCELLED else Status.RUNNING
+                fresh = restore(row, task.action, status)
             fresh.value = value
             outcome = fresh.engine.complete(fresh, error, started, finished)
             new, requeued = dump(fresh, keep_lease=False)
-            return Change(
+            decided = Change(
                 outcome, row=new, outcome=outcome_row(row, outcome, finished), requeued=requeued
             )
+            decided_once.append(decided)
+            return decided
 
         with self._hold:
             self._held.pop(task.task_id, None)  # type: ignore[call-overload]
-        decided = self._store.modify(task.row.task_id, complete, fence=task.fence)
+        decided = self._commit(claimed.task_id, complete, task.fence)
         if decided is None:
             if task.cancelled:  # cancelled (and its id reused) while it ran: only reported
                 task.engine.cancel(task.task_id)
@@ -758,6 +776,54 @@ class DurableScheduler(Scheduler):
         if self._hooks:
             self._emit_outcome(outcome)
         return outcome
+
+    def _commit(
+        self, task_id: str, change: Callable[[TaskRow | None], Change[Any]], fence: int
+    ) -> Change[Any] | None:
+        """A fenced completion, group-committed with those of other threads.
+
+        The first thread to arrive commits every completion queued while it
+        works, in one transaction; the others wait for that commit. Idle,
+        a flush holds one completion (one commit, no added latency); under
+        load (a worker pool) many share one commit. A batch whose
+        transaction fails is retried one completion at a time, so one bad
+        completion fails alone.
+        """
+        mine = _Pending(task_id, change, fence)
+        with self._flush_lock:
+            self._pending.append(mine)
+            while self._flushing and not mine.done:
+                self._flushed.wait()
+            if mine.done:
+                return mine.result()
+            self._flushing = True
+            batch, self._pending = self._pending, []
+        try:
+            try:
+                results = self._store.modify_many([(p.task_id, p.change, p.fence) for p in batch])
+                for pending, result in zip(batch, results, strict=True):
+                    pending.value = result
+            except Exception:
+                if len(batch) == 1:
+                    raise
+                for pending in batch:  # one at a time: only the culprit fails
+                    try:
+                        pending.value = self._store.modify(
+                            pending.task_id, pending.change, fence=pending.fence
+                        )
+                    except Exception as exc:
+                        pending.error = exc
+        except BaseException as exc:
+            for pending in batch:
+                pending.error = pending.error or exc
+            raise
+        finally:
+            with self._flush_lock:
+                for pending in batch:
+                    pending.done = True
+                self._flushing = False
+                self._flushed.notify_all()
+        return mine.result()
 
     # -- runners: heartbeat, wake-ups, release on stop -----------------------
 
@@ -830,6 +896,25 @@ class DurableScheduler(Scheduler):
                     task.cancelled = True
                 else:
                     task.until = now + self._lease
+
+
+class _Pending:
+    """One completion waiting for a group commit, then its result."""
+
+    __slots__ = ("change", "done", "error", "fence", "task_id", "value")
+
+    def __init__(
+        self, task_id: str, change: Callable[[TaskRow | None], Change[Any]], fence: int
+    ) -> None:
+        self.task_id, self.change, self.fence = task_id, change, fence
+        self.done = False
+        self.value: Change[Any] | None = None
+        self.error: BaseException | None = None
+
+    def result(self) -> Change[Any] | None:
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 class StoredError(Exception):

@@ -20,7 +20,7 @@ matches, so a holder that lost its lease (crash, pause) writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
@@ -62,10 +62,13 @@ class TaskRow:
     lease_until: Time | None = None
     expiries: int = 0
     reclaimed: bool = field(default=False, compare=False)
+    spec_text: tuple[object, str] | None = field(default=None, compare=False, repr=False)
+    """``(spec, its JSON)`` as read, so an unchanged spec is not encoded again: valid
+    while ``spec`` is that very object (specs are replaced, never changed in place)."""
 
     def copy(self) -> TaskRow:
         """A copy that shares nothing mutable with this row. O(size of the JSON)."""
-        return replace(self, spec=_deep(self.spec), state=_deep(self.state))
+        return replace(self, spec=_deep(self.spec), state=_deep(self.state), spec_text=None)
 
 
 def _deep(value: Any) -> Any:
@@ -156,6 +159,16 @@ class Store(Protocol):
         ``change`` gets ``None`` for an unknown id. With ``fence``, a row whose
         fence differs (or no row) is left alone and ``None`` is returned
         without calling ``change``: the caller's lease was lost.
+        """
+        ...
+
+    def modify_many(
+        self, changes: Sequence[tuple[str, Callable[[TaskRow | None], Change[Any]], int | None]]
+    ) -> list[Change[Any] | None]:
+        """Several :meth:`modify` calls ``(task_id, change, fence)`` in one transaction.
+
+        Group commit: one commit (one fsync) for many completions. Results in
+        order; a change that raises rolls back the whole transaction.
         """
         ...
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from cadence._types import Time
 
@@ -50,25 +50,37 @@ class MemoryStore:
         fence: int | None = None,
     ) -> Change[T] | None:
         """See :meth:`cadence.store.Store.modify`."""
+        return self.modify_many([(task_id, change, fence)])[0]
+
+    def modify_many(
+        self, changes: Sequence[tuple[str, Callable[[TaskRow | None], Change[Any]], int | None]]
+    ) -> list[Change[Any] | None]:
+        """See :meth:`cadence.store.Store.modify_many` (all or nothing, as a transaction)."""
         with self._lock:
-            row = self._rows.get(task_id)
-            if fence is not None and (row is None or row.fence != fence):
-                return None
-            decided = change(None if row is None else row.copy())
-            if decided.outcome is not None:
-                outcome = decided.outcome
-                key = (outcome.task_id, outcome.slot, outcome.attempt, outcome.fence)
-                if key in self._outcomes:
-                    raise RuntimeError(f"outcome {key} recorded twice")
-                self._outcomes[key] = outcome
-            if decided.row is not None:
-                new = decided.row.copy()
-                if decided.requeued or row is None:
-                    self._seq += 1
-                    new.seq = self._seq
-                self._rows[task_id] = new
+            rows, outcomes, seq = dict(self._rows), dict(self._outcomes), self._seq
+            results: list[Change[Any] | None] = []
+            for task_id, change, fence in changes:
+                row = rows.get(task_id)
+                if fence is not None and (row is None or row.fence != fence):
+                    results.append(None)
+                    continue
+                decided = change(None if row is None else row.copy())
+                if decided.outcome is not None:
+                    outcome = decided.outcome
+                    key = (outcome.task_id, outcome.slot, outcome.attempt, outcome.fence)
+                    if key in outcomes:
+                        raise RuntimeError(f"outcome {key} recorded twice")
+                    outcomes[key] = outcome
+                if decided.row is not None:
+                    new = decided.row.copy()
+                    if decided.requeued or row is None:
+                        seq += 1
+                        new.seq = seq
+                    rows[task_id] = new
+                results.append(decided)
+            self._rows, self._outcomes, self._seq = rows, outcomes, seq
             self._version += 1
-            return decided
+            return results
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.claim`."""

@@ -12,6 +12,7 @@ memory).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -87,8 +88,7 @@ def _migrations(p: str) -> list[list[str]]:
                 skipped  INTEGER NOT NULL DEFAULT 0,
                 owner    TEXT,
                 PRIMARY KEY (task_id, slot, attempt, fence)
-            )""",
-            f"CREATE INDEX {p}outcomes_recent ON {p}outcomes (task_id, finished)",
+            ) WITHOUT ROWID""",
             f"INSERT OR IGNORE INTO {p}meta VALUES ('seq', 0)",
         ],
     ]
@@ -228,32 +228,45 @@ class SQLiteStore:
         fence: int | None = None,
     ) -> Change[T] | None:
         """See :meth:`cadence.store.Store.modify`."""
+        return self.modify_many([(task_id, change, fence)])[0]
+
+    def modify_many(
+        self, changes: Sequence[tuple[str, Callable[[TaskRow | None], Change[Any]], int | None]]
+    ) -> list[Change[Any] | None]:
+        """See :meth:`cadence.store.Store.modify_many`."""
         p = self._p
+        results: list[Change[Any] | None] = []
         with self._write() as db:
-            found = db.execute(
-                f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = ?", (task_id,)
-            ).fetchone()
-            row = None if found is None else _row(found)
-            if fence is not None and (row is None or row.fence != fence):
-                return None
-            decided = change(row)
-            if decided.outcome is not None:
-                db.execute(
-                    f"INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    decided.outcome,
-                )
-            new = decided.row
-            if new is not None:
-                if decided.requeued or row is None:
-                    new.seq = db.execute(
-                        f"UPDATE {p}meta SET value = value + 1 WHERE key = 'seq' RETURNING value"
-                    ).fetchone()[0]
-                db.execute(
-                    f"INSERT OR REPLACE INTO {p}tasks ({_COLUMNS}) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    _values(new),
-                )
-            return decided
+            for task_id, change, fence in changes:
+                found = db.execute(
+                    f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = ?", (task_id,)
+                ).fetchone()
+                row = None if found is None else _row(found)
+                if fence is not None and (row is None or row.fence != fence):
+                    results.append(None)
+                    continue
+                decided = change(row)
+                if decided.outcome is not None:
+                    db.execute(
+                        f"INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        decided.outcome,
+                    )
+                new = decided.row
+                if new is not None:
+                    if decided.requeued or row is None:
+                        new.seq = db.execute(
+                            f"UPDATE {p}meta SET value = value + 1 WHERE key = 'seq' "
+                            "RETURNING value"
+                        ).fetchone()[0]
+                    values = _values(new)
+                    if row is None:
+                        marks = ",".join("?" * len(values))
+                        db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
+                    else:
+                        db.execute(_update(p), (*values[1:], task_id))
+                results.append(decided)
+        return results
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.claim`."""
@@ -337,7 +350,7 @@ class SQLiteStore:
         """See :meth:`cadence.store.Store.outcomes`."""
         found = self._db().execute(
             f"SELECT {_OUTCOME_COLUMNS} FROM {self._p}outcomes WHERE task_id = ? "
-            "ORDER BY finished DESC, rowid DESC LIMIT ?",
+            "ORDER BY slot DESC, attempt DESC, fence DESC LIMIT ?",
             (task_id, limit),
         )
         return [OutcomeRow(*r) for r in found.fetchall()]
@@ -349,6 +362,12 @@ class SQLiteStore:
     def now(self) -> None:
         """``None``: processes sharing a SQLite file share the host's clock."""
         return
+
+
+@functools.lru_cache(maxsize=16)
+def _update(p: str) -> str:
+    names = [name.strip() for name in _COLUMNS.split(",")][1:]
+    return f"UPDATE {p}tasks SET {', '.join(f'{n} = ?' for n in names)} WHERE task_id = ?"
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -381,7 +400,7 @@ def _row(found: Sequence[Any]) -> TaskRow:
     task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
     owner, lease_until, expiries = found[10:]
     try:
-        spec_value, state_value = json.loads(spec), json.loads(state)
+        spec_value, state_value = _decode(spec), json.loads(state)
     except ValueError as exc:
         raise StoreError(
             f"task {task_id!r}: its stored spec or state is not valid JSON ({exc}); "
@@ -401,14 +420,30 @@ def _row(found: Sequence[Any]) -> TaskRow:
         owner,
         lease_until,
         expiries,
+        spec_text=(spec_value, spec),
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> Any:
+    return json.loads(text)
+
+
+def _decode(text: str) -> Any:
+    """A stored spec: parsed once per distinct text (specs repeat, and are shared:
+    they are replaced, never changed in place)."""
+    return _parsed(text)
+
+
 def _values(row: TaskRow) -> tuple[Any, ...]:
+    raw = row.spec_text
+    spec = (
+        raw[1] if raw is not None and raw[0] is row.spec else json.dumps(row.spec, allow_nan=False)
+    )
     return (
         row.task_id,
         row.action,
-        json.dumps(row.spec, allow_nan=False),
+        spec,
         json.dumps(row.state, allow_nan=False),
         row.status,
         int(row.paused),

@@ -1,0 +1,349 @@
+"""Durable throughput, failover and start-up: cadence on SQLite beside the raw-SQL floor.
+
+Run: ``python bench/durable.py`` (writes ``bench/results/durable.md`` and ``.json``).
+
+* **Throughput**: drain N due runs (fixed-rate tasks due now, with a period so
+  long that each runs once), each run's completion durable before the next
+  claim's effect is visible. Measured for cadence (a ``Runner`` on a
+  ``DurableScheduler``, batch 32: one commit per claim of 32, one per
+  completion; and with a pool of 16 workers, whose completions are
+  group-committed), for the raw-SQL floor of the same claim/complete cycle
+  (``../shared/bench/durable-floor/``'s shape: no scheduling logic at all),
+  and for APScheduler 3 with ``SQLAlchemyJobStore`` on SQLite (the peer users
+  run today), all on one SQLite file in WAL mode, ``synchronous=FULL`` and
+  ``NORMAL``.
+* **Failover**: two worker processes, a lease of 1 s; the one running a task
+  is SIGKILLed mid-run; time until the other starts that run.
+* **Start-up**: 10^6 stored tasks; time from opening the store to the first
+  claim.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import platform
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cadence import DurableScheduler, FixedRate, Runner  # noqa: E402
+from cadence.store import SQLiteStore  # noqa: E402
+
+N = int(os.environ.get("N", "5000"))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+NOOP = "tests.durable.jobs:noop"  # the benchmark's action: nothing, so the store is measured
+FAR = 10**10  # a period after which nothing runs again within the benchmark (year 2286)
+
+
+def _fresh(directory: str, name: str) -> str:
+    path = os.path.join(directory, name)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    return path
+
+
+def cadence_drain(directory: str, sync: str, workers: int = 0) -> float:
+    """Runs/s of a Runner draining N due tasks from a SQLite store.
+
+    With ``workers``, the runner hands runs to a thread pool of that size:
+    completions arriving together are group-committed.
+    """
+    path = _fresh(directory, f"cadence-{sync}.db")
+    setup = DurableScheduler(SQLiteStore(path, synchronous="NORMAL"), clock=lambda: 0.0)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA synchronous=OFF")
+    db.close()
+    for i in range(N):  # due at 0; each runs once
+        setup.schedule(f"t{i:07}", FixedRate(FAR, start=0), NOOP)
+    setup.store.close()
+    sched = DurableScheduler(SQLiteStore(path, synchronous=sync), batch=32)  # type: ignore[arg-type]
+    done = threading.Event()
+    count = [0]
+
+    def counted(outcome: object) -> None:
+        count[0] += 1
+        if count[0] == N:
+            done.set()
+
+    pool = concurrent.futures.ThreadPoolExecutor(workers) if workers else None
+    start = time.perf_counter()
+    with Runner(sched, on_outcome=counted, executor=pool):
+        done.wait(600)
+    elapsed = time.perf_counter() - start
+    if pool is not None:
+        pool.shutdown()
+    assert count[0] == N, count
+    sched.store.close()
+    return N / elapsed
+
+
+def floor_drain(directory: str, sync: str, per_row: bool) -> float:
+    """Runs/s of the raw-SQL claim/complete cycle (claim 32; commit per run or per batch)."""
+    path = _fresh(directory, f"floor-{sync}.db")
+    c = sqlite3.connect(path, isolation_level=None)
+    c.execute("PRAGMA journal_mode=WAL")
+    c.execute(f"PRAGMA synchronous={sync}")
+    c.execute(
+        "CREATE TABLE runs (id INTEGER PRIMARY KEY, due INTEGER NOT NULL, prio INTEGER NOT NULL "
+        "DEFAULT 0, seq INTEGER NOT NULL, state INTEGER NOT NULL DEFAULT 0, owner TEXT, "
+        "lease_until INTEGER, fence INTEGER NOT NULL DEFAULT 0, "
+        "attempt INTEGER NOT NULL DEFAULT 0)"
+    )
+    c.execute("CREATE INDEX runs_due ON runs(state, due, prio, seq)")
+    c.execute("BEGIN")
+    c.executemany("INSERT INTO runs(id, due, seq) VALUES (?, 0, ?)", ((i, i) for i in range(N)))
+    c.execute("COMMIT")
+    done = 0
+    start = time.perf_counter()
+    while True:
+        c.execute("BEGIN IMMEDIATE")
+        rows = c.execute(
+            "UPDATE runs SET state=1, owner=?, lease_until=?, fence=fence+1 WHERE id IN ("
+            " SELECT id FROM runs WHERE state=0 AND due<=? ORDER BY due, prio, seq LIMIT 32)"
+            " RETURNING id, due, fence",
+            ("w", 31, 1),
+        ).fetchall()
+        c.execute("COMMIT")
+        if not rows:
+            break
+        if not per_row:
+            c.execute("BEGIN IMMEDIATE")
+        for rid, due, fence in rows:
+            if per_row:
+                c.execute("BEGIN IMMEDIATE")
+            done += c.execute(
+                "UPDATE runs SET state=0, due=?, owner=NULL, lease_until=NULL, attempt=0"
+                " WHERE id=? AND fence=? AND state=1",
+                (due + FAR, rid, fence),
+            ).rowcount
+            if per_row:
+                c.execute("COMMIT")
+        if not per_row:
+            c.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    c.close()
+    assert done == N
+    return N / elapsed
+
+
+def apscheduler_drain(directory: str, sync: str) -> float | None:
+    """Runs/s of APScheduler 3 (BackgroundScheduler, SQLAlchemyJobStore on SQLite)."""
+    try:
+        from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+        from apscheduler.schedulers.background import BackgroundScheduler
+        from sqlalchemy import event
+    except ImportError:
+        return None
+    from datetime import UTC, datetime, timedelta
+
+    path = _fresh(directory, f"aps-{sync}.db")
+    store = SQLAlchemyJobStore(url=f"sqlite:///{path}")
+
+    def _pragmas(conn: Any, record: Any) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={sync}")
+
+    event.listen(store.engine, "connect", _pragmas)
+
+    done = threading.Event()
+    count = [0]
+    lock = threading.Lock()
+
+    def executed(event: Any) -> None:
+        with lock:
+            count[0] += 1
+            if count[0] == N:
+                done.set()
+
+    sched = BackgroundScheduler(jobstores={"default": store}, timezone=UTC)
+    sched.add_listener(executed, 1 << 9)  # EVENT_JOB_EXECUTED
+    sched.start(paused=True)
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    for i in range(N):
+        sched.add_job(_noop, "date", run_date=past, id=f"t{i}", misfire_grace_time=None)
+    start = time.perf_counter()
+    sched.resume()
+    done.wait(600)
+    elapsed = time.perf_counter() - start
+    sched.shutdown(wait=False)
+    assert count[0] == N, count
+    return N / elapsed
+
+
+def _noop() -> None:
+    """APScheduler's job: nothing."""
+
+
+def failover(directory: str, kills: int = 12) -> list[float]:
+    """Seconds from SIGKILL of the worker running a task to its start on the other worker."""
+    path = _fresh(directory, "failover.db")
+    effects = os.path.join(directory, "effects.db")
+    for suffix in ("", ".starts"):
+        if os.path.exists(effects + suffix):
+            os.remove(effects + suffix)
+    sched = DurableScheduler(SQLiteStore(path))
+    env = {**os.environ, "EFFECTS_DB": effects, "PYTHONPATH": str(ROOT), "LEASE": "1",
+           "EFFECT_SLEEP": "30"}  # fmt: skip
+    worker = [sys.executable, "-m", "tests.durable.worker", path]
+    procs = [subprocess.Popen(worker, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+             for _ in range(2)]  # fmt: skip
+    starts_file = effects + ".starts"
+    gaps = []
+    try:
+        for k in range(kills):
+            sched.schedule_once(f"f{k}", 0, "tests.durable.jobs:effect", args=[])
+            seen = _wait_starts(starts_file, k, 1)
+            pid = int(seen[-1].split()[2])
+            victim = next(p for p in procs if p.pid == pid)
+            killed = time.time()
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            procs[procs.index(victim)] = subprocess.Popen(
+                worker, cwd=ROOT, env=env, stderr=subprocess.DEVNULL
+            )
+            _wait_starts(starts_file, k, 2)
+            gaps.append(_last_start_time(starts_file) - killed)
+            sched.cancel(f"f{k}")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return gaps
+
+
+def _wait_starts(path: str, k: int, n: int) -> list[str]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path) as f:
+                lines = [line for line in f if line.startswith(f"f{k}@")]
+            if len(lines) >= n:
+                return lines
+        time.sleep(0.005)
+    raise RuntimeError(f"no start {n} of f{k}")
+
+
+def _last_start_time(path: str) -> float:
+    return os.stat(path).st_mtime
+
+
+def startup(directory: str, rows: int = 1_000_000) -> float:
+    """Seconds from opening a store of ``rows`` tasks to the first claim."""
+    path = _fresh(directory, "startup.db")
+    seed = DurableScheduler(SQLiteStore(path), clock=lambda: 0.0)
+    seed.schedule("seed", FixedRate(FAR, start=10**8), NOOP)
+    template = seed.store.get("seed")
+    assert template is not None
+    seed.store.close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA synchronous=OFF")
+    spec, state = json.dumps(template.spec), json.dumps(template.state)
+    db.executemany(
+        "INSERT INTO cadence_tasks (task_id, action, spec, state, status, paused, due, "
+        "priority, seq) VALUES (?, ?, ?, ?, 'scheduled', 0, ?, 0, ?)",
+        ((f"t{i:07}", template.action, spec, state, 10**8 + i, i) for i in range(rows)),
+    )
+    db.execute(
+        "INSERT INTO cadence_tasks (task_id, action, spec, state, status, paused, due, "
+        "priority, seq) VALUES ('now', ?, ?, ?, 'scheduled', 0, 1, 0, ?)",
+        (template.action, spec, state, rows),
+    )
+    db.commit()
+    db.close()
+    start = time.perf_counter()
+    sched = DurableScheduler(SQLiteStore(path))
+    head = sched.next_run_time()
+    task = sched._claim(time.time())
+    elapsed = time.perf_counter() - start
+    assert head == 1
+    assert task is not None
+    assert task.task_id == "now"
+    return elapsed
+
+
+def main() -> None:
+    results: dict[str, Any] = {"N": N, "rounds": ROUNDS}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as directory:
+        throughput: dict[str, list[float]] = {}
+        for _ in range(ROUNDS):
+            for sync in ("FULL", "NORMAL"):
+                runs: list[tuple[str, Callable[[str], float | None]]] = [
+                    ("floor, commit per run", lambda s: floor_drain(directory, s, True)),
+                    ("floor, commit per 32", lambda s: floor_drain(directory, s, False)),
+                    ("cadence", lambda s: cadence_drain(directory, s)),
+                    (
+                        "cadence, pool of 16 (group commit)",
+                        lambda s: cadence_drain(directory, s, 16),
+                    ),
+                    (
+                        "APScheduler 3 + SQLAlchemyJobStore",
+                        lambda s: apscheduler_drain(directory, s),
+                    ),
+                ]
+                for name, run in runs:
+                    value = run(sync)
+                    if value is not None:
+                        throughput.setdefault(f"{name} | {sync}", []).append(value)
+                        print(f"{name} {sync}: {value:,.0f} runs/s", file=sys.stderr)
+        results["throughput"] = throughput
+        gaps = failover(directory)
+        results["failover"] = gaps
+        print(f"failover: {gaps}", file=sys.stderr)
+        results["startup"] = startup(directory)
+        print(f"startup: {results['startup']:.3f} s", file=sys.stderr)
+    write(results)
+
+
+def write(results: dict[str, Any]) -> None:
+    out = ROOT / "bench" / "results"
+    (out / "durable.json").write_text(json.dumps(results, indent=1) + "\n")
+    best = {key: max(values) for key, values in results["throughput"].items()}
+    lines = [
+        "Command: `python bench/durable.py`"
+        f" (N = {results['N']:,} runs, best of {results['rounds']} rounds)",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{platform.platform()}, CPython {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}",
+        "",
+        "| what | synchronous | runs/s (best) | median | x floor per run | x cadence |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, values in results["throughput"].items():
+        name, sync = key.split(" | ")
+        floor = best[f"floor, commit per run | {sync}"]
+        mine = best[f"cadence | {sync}"]
+        lines.append(
+            f"| {name} | {sync} | {max(values):,.0f} | {statistics.median(values):,.0f} | "
+            f"{max(values) / floor:.2f} | {max(values) / mine:.2f} |"
+        )
+    gaps = sorted(results["failover"])
+    p99 = gaps[min(len(gaps) - 1, round(0.99 * (len(gaps) - 1)))]
+    lines += [
+        "",
+        f"Failover after SIGKILL at a 1 s lease ({len(gaps)} kills): p50 "
+        f"{statistics.median(gaps):.2f} s, p99 {p99:.2f} s, max {max(gaps):.2f} s.",
+        "",
+        f"Start-up with 10^6 stored tasks (open, next run time, first claim): "
+        f"{results['startup']:.3f} s.",
+    ]
+    (out / "durable.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
