@@ -16,6 +16,8 @@ demo: $(STAMP)
 	$(BIN)/python examples/worked_example.py
 	@echo
 	$(BIN)/python examples/realtime_demo.py
+	@echo
+	$(BIN)/python examples/durable_demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -143,6 +143,7 @@ def floor_drain(directory: str, sync: str, per_row: bool) -> float:
 def apscheduler_drain(directory: str, sync: str) -> float | None:
     """Runs/s of APScheduler 3 (BackgroundScheduler, SQLAlchemyJobStore on SQLite)."""
     try:
+        from apscheduler.events import EVENT_JOB_EXECUTED
         from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
         from apscheduler.schedulers.background import BackgroundScheduler
         from sqlalchemy import event
@@ -170,7 +171,7 @@ def apscheduler_drain(directory: str, sync: str) -> float | None:
                 done.set()
 
     sched = BackgroundScheduler(jobstores={"default": store}, timezone=UTC)
-    sched.add_listener(executed, 1 << 9)  # EVENT_JOB_EXECUTED
+    sched.add_listener(executed, EVENT_JOB_EXECUTED)
     sched.start(paused=True)
     past = datetime.now(UTC) - timedelta(seconds=1)
     for i in range(N):
@@ -179,8 +180,8 @@ def apscheduler_drain(directory: str, sync: str) -> float | None:
     sched.resume()
     done.wait(600)
     elapsed = time.perf_counter() - start
-    sched.shutdown(wait=False)
     assert count[0] == N, count
+    sched.shutdown(wait=True)
     return N / elapsed
 
 
@@ -215,9 +216,15 @@ def failover(directory: str, kills: int = 12) -> list[float]:
             procs[procs.index(victim)] = subprocess.Popen(
                 worker, cwd=ROOT, env=env, stderr=subprocess.DEVNULL
             )
-            _wait_starts(starts_file, k, 2)
+            second = _wait_starts(starts_file, k, 2)
             gaps.append(_last_start_time(starts_file) - killed)
-            sched.cancel(f"f{k}")
+            sched.cancel(f"f{k}")  # and free the worker that took it over (it sleeps)
+            taker = next(p for p in procs if p.pid == int(second[-1].split()[2]))
+            taker.send_signal(signal.SIGKILL)
+            taker.wait()
+            procs[procs.index(taker)] = subprocess.Popen(
+                worker, cwd=ROOT, env=env, stderr=subprocess.DEVNULL
+            )
     finally:
         for p in procs:
             p.kill()

@@ -47,3 +47,15 @@ def test_migration_examples_run() -> None:
     assert len(found) == 2  # the "after" programs; the "before" ones are ```py
     for block in found:
         exec(compile(block, "docs/migrating.md", "exec"), {})
+
+
+def test_durability_doc_examples_run() -> None:
+    found = blocks(ROOT / "docs" / "durability.md")
+    assert len(found) >= 2
+    for block in found:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, "docs/durability.md", "exec"), {})
+        shown = [line[2:] for line in block.splitlines() if line.startswith("# ")]
+        if shown:
+            assert out.getvalue().splitlines() == shown
