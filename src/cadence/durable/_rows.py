@@ -11,6 +11,7 @@ therefore the engine's, whether a task lives in memory or in a database.
 
 from __future__ import annotations
 
+import json
 import traceback
 from collections import deque
 from typing import Any
@@ -171,7 +172,26 @@ def outcome_row(row: TaskRow, outcome: RunOutcome, finished: Time) -> OutcomeRow
         finished,
         outcome.skipped,
         row.owner,
+        _shown(outcome.value),
     )
+
+
+VALUE_CHARS = 4000
+"""The most characters of a run's value kept in its stored outcome."""
+
+
+def _shown(value: object) -> str | None:
+    """A run's value as stored: a str as it is, else JSON (or repr), bounded."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            text = repr(value)
+    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "..."
 
 
 def new_row(

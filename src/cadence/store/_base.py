@@ -86,7 +86,8 @@ class OutcomeRow(NamedTuple):
     idempotency key is ``f"{task_id}@{slot!r}"``), ``at`` the run's own time
     (the slot, or its retry time), ``result`` ``ok``/``retry``/``failed``,
     ``error`` the failure as text, ``skipped`` the slots its misfire policy
-    skipped just before it, ``owner`` the node that ran it.
+    skipped just before it, ``owner`` the node that ran it, ``value`` what the
+    action returned, as text (a command job's output tail), bounded.
     """
 
     task_id: str
@@ -100,6 +101,7 @@ class OutcomeRow(NamedTuple):
     finished: Time
     skipped: int = 0
     owner: str | None = None
+    value: str | None = None
 
 
 @dataclass(slots=True)

@@ -42,7 +42,7 @@ _COLUMNS = (
     "lease_until, expiries"
 )
 _OUTCOME_COLUMNS = (
-    "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner"
+    "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner, value"
 )
 
 
@@ -87,6 +87,7 @@ def _migrations(p: str) -> list[list[str]]:
                 finished NOT NULL,
                 skipped  INTEGER NOT NULL DEFAULT 0,
                 owner    TEXT,
+                value    TEXT,
                 PRIMARY KEY (task_id, slot, attempt, fence)
             ) WITHOUT ROWID""",
             f"INSERT OR IGNORE INTO {p}meta VALUES ('seq', 0)",
@@ -249,7 +250,7 @@ class SQLiteStore:
                 if decided.outcome is not None:
                     db.execute(
                         f"INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) "
-                        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                         decided.outcome,
                     )
                 new = decided.row

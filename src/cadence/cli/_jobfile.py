@@ -1,0 +1,271 @@
+"""Job files (TOML): parsing and validation, before anything runs or is stored.
+
+The keys are pinned in ``docs/cli.md``. Every error names the file, the job
+and the key, and is a :class:`JobFileError` (the command exits with status 2).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cadence._policy import Schedule
+from cadence.durable._codec import json_value, resolve_path
+from cadence.misfire import Misfire
+from cadence.retry import JITTERS, Backoff
+from cadence.schedules import FixedRate, Once
+
+COMMAND = "cadence.cli._command:run_command"
+"""The stored action of ``command`` jobs: importable wherever cadence is installed."""
+
+JOB_KEYS = frozenset(
+    {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
+     "tz", "max_retries", "retry", "misfire"}
+)  # fmt: skip
+DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call"}
+RETRY_KEYS = frozenset({"base", "cap", "jitter"})
+MISFIRES = {"catch_up": Misfire.CATCH_UP, "skip": Misfire.SKIP, "coalesce": Misfire.COALESCE}
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+class JobFileError(ValueError):
+    """A job file (or a command-line value) that cannot be used as it is."""
+
+
+def duration(value: object, what: str) -> float:
+    """Seconds from a number or ``"500ms"``, ``"15s"``, ``"5m"``, ``"2h"``, ``"1d"``, ``"1h30m"``.
+
+    Raises :class:`JobFileError` (naming ``what``) for anything else or for 0.
+    """
+    text = value.replace(" ", "") if isinstance(value, str) else None
+    parts = _DURATION.findall(text) if text else []
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif parts and "".join(n + u for n, u in parts) == text:
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    else:
+        raise JobFileError(f"{what}: {value!r} is not a duration (e.g. 90s, 5m, 1h30m, 1d)")
+    if not 0 < seconds < float("inf"):
+        raise JobFileError(f"{what}: {value!r} must be a positive duration")
+    return seconds
+
+
+def instant(value: object, what: str, zone: tzinfo | None = None) -> datetime:
+    """An aware datetime from ISO 8601 (a TOML datetime too); naive ones are in ``zone``."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise JobFileError(
+                f"{what}: {value!r} is not an ISO 8601 time (e.g. 2026-12-24T18:00:00+01:00)"
+            ) from None
+    if not isinstance(value, datetime):
+        raise JobFileError(f"{what}: {value!r} is not an ISO 8601 time")
+    if value.tzinfo is None:
+        if zone is None:
+            raise JobFileError(f"{what}: {value!r} has no UTC offset; add one (e.g. +01:00)")
+        value = value.replace(tzinfo=zone)
+    return value
+
+
+def zone(value: object, what: str) -> tzinfo:
+    """An IANA zone; :class:`JobFileError` for an unknown one."""
+    if not isinstance(value, str):
+        raise JobFileError(f"{what}: {value!r} is not a time zone name")
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise JobFileError(f"{what}: unknown time zone {value!r} (e.g. Europe/Berlin)") from None
+
+
+def local_zone() -> tzinfo:
+    """This machine's zone (the default for cron and printed times)."""
+    local = datetime.now().astimezone().tzinfo
+    assert local is not None
+    return local
+
+
+@dataclass
+class Job:
+    """One job of a file, validated: what the store is given."""
+
+    id: str
+    when: Schedule
+    action: str
+    args: list[Any] | None
+    kwargs: dict[str, Any] | None
+    zone: tzinfo
+    max_retries: int = 0
+    retry: Backoff | None = None
+    misfire: Misfire | None = None
+    timeout: float | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments for ``DurableScheduler.ensure``/``Scheduler.schedule``."""
+        return {
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "max_retries": self.max_retries,
+            "retry": self.retry,
+            "misfire": self.misfire,
+        }
+
+
+def load(path: str | Path) -> list[Job]:
+    """Parse and validate a job file. :class:`JobFileError` names file, job and key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise JobFileError(f"{path}: cannot read it: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise JobFileError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"defaults", "jobs"}
+    if unknown:
+        raise JobFileError(f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults] and [[jobs]]")
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise JobFileError(f"{path}: [defaults] must be a table")
+    bad = set(defaults) - DEFAULT_KEYS
+    if bad:
+        raise JobFileError(f"{path}: [defaults]: unknown keys {sorted(bad)}")
+    jobs = data.get("jobs", [])
+    if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+        raise JobFileError(f"{path}: jobs must be [[jobs]] tables")
+    seen: set[str] = set()
+    loaded = []
+    for index, raw in enumerate(jobs):
+        job_id = raw.get("id")
+        if not isinstance(job_id, str) or not job_id:
+            raise JobFileError(f"{path}: job #{index + 1}: key 'id': a non-empty string is required")
+        if job_id in seen:
+            raise JobFileError(f"{path}: job {job_id!r}: key 'id': used twice in the file")
+        seen.add(job_id)
+        loaded.append(_job(path, job_id, {**defaults, **raw}))
+    return loaded
+
+
+def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
+    where = f"{path}: job {job_id!r}"
+
+    def key(name: str) -> str:
+        return f"{where}: key {name!r}"
+
+    unknown = set(raw) - JOB_KEYS
+    if unknown:
+        raise JobFileError(f"{where}: unknown keys {sorted(unknown)}")
+    tz = zone(raw["tz"], key("tz")) if "tz" in raw else local_zone()
+    kinds = [k for k in ("cron", "every", "at") if k in raw]
+    if len(kinds) != 1:
+        raise JobFileError(f"{where}: give exactly one of 'cron', 'every', 'at' (got {kinds or 'none'})")
+    runs = [k for k in ("command", "call") if k in raw]
+    if len(runs) != 1:
+        raise JobFileError(f"{where}: give exactly one of 'command', 'call' (got {runs or 'none'})")
+    if "start" in raw and kinds[0] != "every":
+        raise JobFileError(f"{key('start')}: only an 'every' job has a start")
+    when = _when(raw, kinds[0], tz, key)
+    timeout = duration(raw["timeout"], key("timeout")) if "timeout" in raw else None
+    if runs[0] == "command":
+        command = raw["command"]
+        if not (isinstance(command, str) and command.strip()) and not (
+            isinstance(command, list) and command and all(isinstance(a, str) for a in command)
+        ):
+            raise JobFileError(f"{key('command')}: a non-empty string or list of strings is required")
+        if "args" in raw or "kwargs" in raw:
+            raise JobFileError(f"{where}: 'args'/'kwargs' go with 'call', not 'command'")
+        action, args, kwargs = COMMAND, [command, timeout], None
+    else:
+        action = raw["call"]
+        if not isinstance(action, str) or ":" not in action:
+            raise JobFileError(f"{key('call')}: {action!r} is not 'package.module:function'")
+        try:
+            function = resolve_path(action)
+        except Exception as exc:
+            raise JobFileError(f"{key('call')}: cannot import {action!r}: {exc!r}") from None
+        if not callable(function):
+            raise JobFileError(f"{key('call')}: {action!r} is not callable")
+        args = _json(raw.get("args"), key("args"), list)
+        kwargs = _json(raw.get("kwargs"), key("kwargs"), dict)
+        if timeout is not None:
+            raise JobFileError(f"{key('timeout')}: only a 'command' job can be killed on timeout")
+        _check_call(function, args, kwargs, key("call"))
+    max_retries = raw.get("max_retries", 0)
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        raise JobFileError(f"{key('max_retries')}: {max_retries!r} is not an int >= 0")
+    retry = _retry(raw["retry"], key("retry")) if "retry" in raw else None
+    misfire = _misfire(raw["misfire"], key("misfire")) if "misfire" in raw else None
+    if misfire is not None and kinds[0] == "at":
+        raise JobFileError(f"{key('misfire')}: a one-off ('at') job has no missed slots")
+    return Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout, raw)
+
+
+def _when(raw: dict[str, Any], kind: str, tz: tzinfo, key: Any) -> Schedule:
+    if kind == "every":
+        period = duration(raw["every"], key("every"))
+        if "start" in raw:
+            return FixedRate(period, start=instant(raw["start"], key("start"), tz))
+        return FixedRate(period, delay=period)
+    if kind == "at":
+        return Once(at=instant(raw["at"], key("at"), tz))
+    expression = raw["cron"]
+    if not isinstance(expression, str):
+        raise JobFileError(f"{key('cron')}: {expression!r} is not a cron expression string")
+    try:
+        from cadence.cron import Cron
+    except ImportError:
+        raise JobFileError(f"{key('cron')}: cron needs the cron extra: pip install 'cadence[cron]'") from None
+    try:
+        return Cron(expression, tz=tz)
+    except ValueError as exc:
+        raise JobFileError(f"{key('cron')}: {exc}") from None
+
+
+def _json(value: Any, what: str, kind: type) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, kind):
+        raise JobFileError(f"{what}: must be a {'list' if kind is list else 'table'}")
+    try:
+        return json_value(what, value)
+    except TypeError as exc:
+        raise JobFileError(str(exc)) from None
+
+
+def _check_call(function: Any, args: Any, kwargs: Any, what: str) -> None:
+    from cadence._calls import prepare
+
+    try:
+        prepare(function, args, kwargs)
+    except TypeError as exc:
+        raise JobFileError(f"{what}: {exc}") from None
+
+
+def _retry(value: Any, what: str) -> Backoff:
+    if not isinstance(value, dict):
+        raise JobFileError(f"{what}: must be a table like {{ base = \"1s\", cap = \"1m\" }}")
+    unknown = set(value) - RETRY_KEYS
+    if unknown:
+        raise JobFileError(f"{what}: unknown keys {sorted(unknown)}")
+    jitter = value.get("jitter", "none")
+    if jitter not in ("none", *JITTERS):
+        raise JobFileError(f"{what}: jitter {jitter!r} is not one of none, {', '.join(JITTERS)}")
+    base = duration(value.get("base", 1), f"{what}.base")
+    cap = duration(value["cap"], f"{what}.cap") if "cap" in value else None
+    return Backoff(base, cap=cap, jitter=None if jitter == "none" else jitter)
+
+
+def _misfire(value: Any, what: str) -> Misfire:
+    if isinstance(value, str) and value in MISFIRES:
+        return MISFIRES[value]
+    if isinstance(value, dict) and set(value) == {"bounded"}:
+        k = value["bounded"]
+        if isinstance(k, int) and not isinstance(k, bool) and k >= 0:
+            return Misfire.bounded(k)
+    raise JobFileError(f"{what}: {value!r} is not catch_up, skip, coalesce or {{ bounded = N }}")

@@ -1,0 +1,136 @@
+"""``cadence plan`` against hand-worked cases (DST included), and bad job files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cadence.cli import main
+
+
+def plan(tmp_path: Path, text: str, *args: str) -> list[dict[str, Any]]:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "plan", str(jobs), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def times(runs: list[dict[str, Any]]) -> list[str]:
+    return [r["time"] for r in runs]
+
+
+def test_an_interval_runs_one_period_after_loading(tmp_path: Path) -> None:
+    runs = plan(tmp_path, '[[jobs]]\nid = "s"\nevery = "15m"\ncommand = "true"\n',
+                "--from", "2026-06-01T12:00:00+00:00", "--until", "+1h", "--tz", "UTC")  # fmt: skip
+    assert times(runs) == [
+        "2026-06-01T12:15:00+00:00",
+        "2026-06-01T12:30:00+00:00",
+        "2026-06-01T12:45:00+00:00",
+        "2026-06-01T13:00:00+00:00",
+    ]
+    assert runs[0] == {"job": "s", "at": 1780316100.0, "time": "2026-06-01T12:15:00+00:00"}
+
+
+def test_cron_across_the_2026_spring_change_in_berlin(tmp_path: Path) -> None:
+    """02:30 does not exist on 29 March 2026 in Berlin: that run is at 03:00 CEST."""
+    job = '[[jobs]]\nid = "n"\ncron = "30 2 * * *"\ntz = "Europe/Berlin"\ncommand = "true"\n'
+    runs = plan(tmp_path, job, "--from", "2026-03-28T00:00:00+01:00", "--until", "+3d")
+    assert times(runs) == [
+        "2026-03-28T02:30:00+01:00",
+        "2026-03-29T03:00:00+02:00",
+        "2026-03-30T02:30:00+02:00",
+    ]
+
+
+def test_cron_across_the_2026_autumn_change_in_berlin(tmp_path: Path) -> None:
+    """02:30 happens twice on 25 October 2026: it runs once, the first time (CEST)."""
+    job = '[[jobs]]\nid = "n"\ncron = "30 2 * * *"\ntz = "Europe/Berlin"\ncommand = "true"\n'
+    runs = plan(tmp_path, job, "--from", "2026-10-24T12:00:00+02:00", "--until", "+2d")
+    assert times(runs) == ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"]
+
+
+def test_hourly_cron_across_both_2026_changes_in_new_york(tmp_path: Path) -> None:
+    job = '[[jobs]]\nid = "h"\ncron = "0 * * * *"\ntz = "America/New_York"\ncommand = "true"\n'
+    spring = plan(tmp_path, job, "--from", "2026-03-08T00:30:00-05:00", "--until", "+3h")
+    assert times(spring) == [  # 02:00 does not exist: 01:00 EST, then 03:00 EDT
+        "2026-03-08T01:00:00-05:00",
+        "2026-03-08T03:00:00-04:00",
+        "2026-03-08T04:00:00-04:00",
+    ]
+    autumn = plan(tmp_path, job, "--from", "2026-11-01T00:30:00-04:00", "--until", "+3h")
+    assert times(autumn) == [  # 01:00 happens twice: it runs once, at 01:00 EDT
+        "2026-11-01T01:00:00-04:00",
+        "2026-11-01T02:00:00-05:00",
+    ]
+
+
+def test_an_at_in_the_past_runs_at_once_and_an_empty_window_is_empty(tmp_path: Path) -> None:
+    job = '[[jobs]]\nid = "o"\nat = "2026-01-01T00:00:00+00:00"\ncommand = "true"\n'
+    runs = plan(tmp_path, job, "--from", "2026-06-01T00:00:00+00:00", "--until", "+1h")
+    assert runs == [{"job": "o", "at": 1767225600.0, "time": "2026-01-01T00:00:00+00:00"}]
+    later = '[[jobs]]\nid = "o"\nat = "2027-01-01T00:00:00+00:00"\ncommand = "true"\n'
+    assert plan(tmp_path, later, "--from", "2026-06-01T00:00:00+00:00", "--until", "+1h") == []
+
+
+def test_several_jobs_interleave_in_run_order(tmp_path: Path) -> None:
+    text = (
+        '[defaults]\ntz = "UTC"\n'
+        '[[jobs]]\nid = "a"\nevery = "20m"\ncommand = "true"\n'
+        '[[jobs]]\nid = "b"\ncron = "*/30 * * * *"\ncommand = "true"\n'
+    )
+    runs = plan(tmp_path, text, "--from", "2026-06-01T12:00:00+00:00", "--until", "+1h")
+    assert [(r["job"], r["time"][11:16]) for r in runs] == [
+        ("a", "12:20"), ("b", "12:30"), ("a", "12:40"), ("b", "13:00"), ("a", "13:00"),
+    ]  # fmt: skip
+
+
+BAD = [
+    ('[[jobs]]\nid = "x"\nevery = "5m"\ncommand = "true"\ncolour = 1\n', "job 'x': unknown keys ['colour']"),
+    ('[[jobs]]\nid = "x"\nevery = "5 minutes"\ncommand = "true"\n', "job 'x': key 'every': '5 minutes' is not a duration"),
+    ('[[jobs]]\nid = "x"\ncron = "61 * * * *"\ncommand = "true"\n', "job 'x': key 'cron': expression '61 * * * *' is not valid cron"),
+    ('[[jobs]]\nid = "x"\ncron = "0 * * * *"\ntz = "Mars/Olympus"\ncommand = "true"\n', "job 'x': key 'tz': unknown time zone 'Mars/Olympus'"),
+    ('[[jobs]]\nid = "x"\nevery = "5m"\ncall = "no.such.module:f"\n', "job 'x': key 'call': cannot import 'no.such.module:f'"),
+    ('[[jobs]]\nid = "x"\nevery = "5m"\ncron = "* * * * *"\ncommand = "true"\n', "job 'x': give exactly one of 'cron', 'every', 'at'"),
+    ('[[jobs]]\nid = "x"\nevery = "5m"\n', "job 'x': give exactly one of 'command', 'call'"),
+    ('[[jobs]]\nid = "x"\nat = "tomorrow"\ncommand = "true"\n', "job 'x': key 'at': 'tomorrow' is not an ISO 8601 time"),
+    ('[[jobs]]\nid = "x"\nevery = "5m"\ncommand = "true"\nmisfire = "sometimes"\n', "job 'x': key 'misfire': 'sometimes' is not catch_up"),
+    ('[[jobs]]\nid = "x"\nevery = "5m"\ncommand = "true"\n[[jobs]]\nid = "x"\nevery = "1m"\ncommand = "true"\n', "job 'x': key 'id': used twice"),
+    ('[[jobs]]\nid = "x"\nevery = "5m"\ncall = "json:dumps"\nargs = [1, 2, 3, 4]\n', "job 'x': key 'call': action"),
+    ("[[jobs\n", "not valid TOML"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "message"), BAD)
+def test_bad_job_files_exit_2_naming_file_job_and_key_and_store_nothing(
+    tmp_path: Path, text: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(text)
+    store = tmp_path / "state.db"
+    for command in (["plan", str(jobs)], ["run", str(jobs), "--store", f"sqlite:///{store}"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"{jobs}: " in err
+        assert message in err
+    assert not store.exists()  # nothing ran, nothing was stored
+
+
+def test_bad_windows_and_urls_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text('[[jobs]]\nid = "x"\nevery = "5m"\ncommand = "true"\n')
+    assert main(["plan", str(jobs), "--until", "+forever"]) == 2
+    assert "--until: 'forever' is not a duration" in capsys.readouterr().err
+    assert main(["status", "--store", "mysql://db"]) == 2
+    assert "store URL 'mysql://db' is not one of" in capsys.readouterr().err
