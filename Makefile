@@ -18,6 +18,8 @@ demo: $(STAMP)
 	$(BIN)/python examples/realtime_demo.py
 	@echo
 	$(BIN)/python examples/durable_demo.py
+	@echo
+	$(BIN)/python examples/cli_demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -40,6 +42,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/realtime.py
 	$(BIN)/python bench/peers.py
+	$(BIN)/python bench/durable.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -86,7 +87,7 @@ def main() -> None:
         lag = f"{(o.started or o.slot) - o.at:.2f}s"
         print(f"{shown:12}  {o.result:6}  {starts.count(key):>6}  {lag:>6}  {o.owner}")
     slots = [o.slot for o in history]
-    gaps = [b - a for a, b in zip(slots, slots[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(slots)]
     assert all(abs(g - PERIOD) < 1e-6 for g in gaps), "a slot was lost"
     assert len(set(slots)) == len(slots), "a slot completed twice"
     assert starts.count(killed) == 2, "the killed run was not taken over"

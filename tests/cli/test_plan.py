@@ -32,8 +32,9 @@ def times(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def test_an_interval_runs_one_period_after_loading(tmp_path: Path) -> None:
-    runs = plan(tmp_path, '[[jobs]]\nid = "s"\nevery = "15m"\ncommand = "true"\n',
-                "--from", "2026-06-01T12:00:00+00:00", "--until", "+1h", "--tz", "UTC")  # fmt: skip
+    job = '[[jobs]]\nid = "s"\nevery = "15m"\ncommand = "true"\n'
+    window = ["--from", "2026-06-01T12:00:00+00:00", "--until", "+1h", "--tz", "UTC"]
+    runs = plan(tmp_path, job, *window)
     assert times(runs) == [
         "2026-06-01T12:15:00+00:00",
         "2026-06-01T12:30:00+00:00",
@@ -96,18 +97,23 @@ def test_several_jobs_interleave_in_run_order(tmp_path: Path) -> None:
     ]  # fmt: skip
 
 
+X = '[[jobs]]\nid = "x"\n'
+EVERY = 'every = "5m"\n'
+TRUE = 'command = "true"\n'
 BAD = [
-    ('[[jobs]]\nid = "x"\nevery = "5m"\ncommand = "true"\ncolour = 1\n', "job 'x': unknown keys ['colour']"),
-    ('[[jobs]]\nid = "x"\nevery = "5 minutes"\ncommand = "true"\n', "job 'x': key 'every': '5 minutes' is not a duration"),
-    ('[[jobs]]\nid = "x"\ncron = "61 * * * *"\ncommand = "true"\n', "job 'x': key 'cron': expression '61 * * * *' is not valid cron"),
-    ('[[jobs]]\nid = "x"\ncron = "0 * * * *"\ntz = "Mars/Olympus"\ncommand = "true"\n', "job 'x': key 'tz': unknown time zone 'Mars/Olympus'"),
-    ('[[jobs]]\nid = "x"\nevery = "5m"\ncall = "no.such.module:f"\n', "job 'x': key 'call': cannot import 'no.such.module:f'"),
-    ('[[jobs]]\nid = "x"\nevery = "5m"\ncron = "* * * * *"\ncommand = "true"\n', "job 'x': give exactly one of 'cron', 'every', 'at'"),
-    ('[[jobs]]\nid = "x"\nevery = "5m"\n', "job 'x': give exactly one of 'command', 'call'"),
-    ('[[jobs]]\nid = "x"\nat = "tomorrow"\ncommand = "true"\n', "job 'x': key 'at': 'tomorrow' is not an ISO 8601 time"),
-    ('[[jobs]]\nid = "x"\nevery = "5m"\ncommand = "true"\nmisfire = "sometimes"\n', "job 'x': key 'misfire': 'sometimes' is not catch_up"),
-    ('[[jobs]]\nid = "x"\nevery = "5m"\ncommand = "true"\n[[jobs]]\nid = "x"\nevery = "1m"\ncommand = "true"\n', "job 'x': key 'id': used twice"),
-    ('[[jobs]]\nid = "x"\nevery = "5m"\ncall = "json:dumps"\nargs = [1, 2, 3, 4]\n', "job 'x': key 'call': action"),
+    (X + EVERY + TRUE + "colour = 1\n", "job 'x': unknown keys ['colour']"),
+    (X + 'every = "5 minutes"\n' + TRUE, "job 'x': key 'every': '5 minutes' is not a duration"),
+    (X + 'cron = "61 * * * *"\n' + TRUE, "job 'x': key 'cron': expression '61 * * * *' is not"),
+    (X + 'cron = "0 * * * *"\ntz = "Mars/Olympus"\n' + TRUE,
+     "job 'x': key 'tz': unknown time zone 'Mars/Olympus'"),
+    (X + EVERY + 'call = "no.such.module:f"\n',
+     "job 'x': key 'call': cannot import 'no.such.module:f'"),
+    (X + EVERY + 'cron = "* * * * *"\n' + TRUE, "job 'x': give exactly one of 'cron', 'every'"),
+    (X + EVERY, "job 'x': give exactly one of 'command', 'call'"),
+    (X + 'at = "tomorrow"\n' + TRUE, "job 'x': key 'at': 'tomorrow' is not an ISO 8601 time"),
+    (X + EVERY + TRUE + 'misfire = "sometimes"\n', "job 'x': key 'misfire': 'sometimes' is not"),
+    (X + EVERY + TRUE + X + EVERY + TRUE, "job 'x': key 'id': used twice"),
+    (X + EVERY + 'call = "json:dumps"\nargs = [1, 2, 3, 4]\n', "job 'x': key 'call': action"),
     ("[[jobs\n", "not valid TOML"),
 ]  # fmt: skip
 

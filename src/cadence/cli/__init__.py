@@ -32,7 +32,7 @@ DEFAULT_STORE = "sqlite:///cadence.db"
 log = logging.getLogger("cadence.cli")
 
 
-class Exit(Exception):
+class CliError(Exception):
     """Stop the command with an exit status and a message for stderr."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -47,9 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _logging(args.log_level, args.log_format)
     try:
         status: int = args.run(args)
-    except (Exit, JobFileError, StoreError) as exc:
-        status = exc.status if isinstance(exc, Exit) else 2
+    except (CliError, JobFileError, StoreError) as exc:
+        status = exc.status if isinstance(exc, CliError) else 2
         print(f"cadence: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # `cadence plan jobs.toml | head`: the reader left
+        sys.stderr.close()
+        status = 0
     return status
 
 
@@ -126,7 +129,7 @@ def _logging(level: str, form: str) -> None:
     try:
         root.setLevel(level.upper())
     except ValueError:
-        raise Exit(2, f"--log-level: unknown level {level!r}") from None
+        raise CliError(2, f"--log-level: unknown level {level!r}") from None
 
 
 class _JsonFormatter(logging.Formatter):
@@ -152,7 +155,7 @@ def _scheduler(url: str) -> Any:
     except StoreError:
         raise
     except Exception as exc:  # e.g. sqlite3.OperationalError: unable to open database file
-        raise Exit(2, f"--store {url}: {exc}") from None
+        raise CliError(2, f"--store {url}: {exc}") from None
 
 
 def _zone(name: str | None) -> tzinfo:
@@ -160,9 +163,11 @@ def _zone(name: str | None) -> tzinfo:
 
 
 def _time(at: float | None, tz: tzinfo) -> str:
+    """A time for people: ISO 8601 in ``tz`` with its offset; milliseconds if not whole."""
     if at is None:
         return "-"
-    return datetime.fromtimestamp(at, tz).isoformat(timespec="seconds")
+    spec = "seconds" if at == int(at) else "milliseconds"
+    return datetime.fromtimestamp(at, tz).isoformat(timespec=spec)
 
 
 def _when(value: str, base: float, what: str) -> float:
@@ -184,7 +189,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     start = _when(args.start, time.time(), "--from")
     until = _when(args.until, start, "--until")
     if until < start:
-        raise Exit(2, f"--until {args.until!r} is before --from {args.start!r}")
+        raise CliError(2, f"--until {args.until!r} is before --from {args.start!r}")
     shown = None if args.tz is None else zone(args.tz, "--tz")
     runs, cut = plan(jobs, start, until)
     if args.json:
@@ -196,7 +201,8 @@ def _plan_command(args: argparse.Namespace) -> int:
     else:
         for job, at in runs:
             late = "  (late: runs at once)" if at < start else ""
-            print(f"{datetime.fromtimestamp(at, shown or job.zone).isoformat()}  {job.id}{late}")
+            print(f"{_time(at, shown or job.zone)}  {job.id}{late}")
+        sys.stdout.flush()
         window = f"{_time(start, shown or local_zone())} .. {_time(until, shown or local_zone())}"
         print(f"{len(runs)} runs of {len(jobs)} jobs in {window}", file=sys.stderr)
     if cut:
@@ -213,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
     jobs = load(args.jobfile)
     grace = duration(args.grace, "--grace")
     if args.workers < 1:
-        raise Exit(2, f"--workers must be >= 1, got {args.workers}")
+        raise CliError(2, f"--workers must be >= 1, got {args.workers}")
     sched = _scheduler(args.store)
     live = args.live == "yes" or (args.live == "auto" and sys.stderr.isatty())
     return serve(sched, jobs, workers=args.workers, grace=grace, live=live)
@@ -241,20 +247,20 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(entries))
         return 0
-    print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':26} LAST")
+    print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':30} LAST")
     for e in entries:
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
         last = "-" if e["last"] is None else f"{e['last']} ({_time(e['last_at'], tz)})"
-        print(f"{e['id']:24} {status:10} {_time(e['next'], tz):26} {last}")
+        print(f"{e['id']:24} {status:10} {_time(e['next'], tz):30} {last}")
     return 0
 
 
 def _history(args: argparse.Namespace) -> int:
     sched = _scheduler(args.store)
     if sched.status(args.id) is None:
-        raise Exit(1, f"no task {args.id!r} in {args.store}")
+        raise CliError(1, f"no task {args.id!r} in {args.store}")
     if args.limit < 1:
-        raise Exit(2, f"--limit must be >= 1, got {args.limit}")
+        raise CliError(2, f"--limit must be >= 1, got {args.limit}")
     outcomes = sched.history(args.id, args.limit)
     if args.json:
         print(json.dumps([
@@ -279,8 +285,10 @@ def _history(args: argparse.Namespace) -> int:
 def _control(args: argparse.Namespace) -> int:
     sched = _scheduler(args.store)
     if sched.status(args.id) is None:
-        raise Exit(1, f"no task {args.id!r} in {args.store}")
+        raise CliError(1, f"no task {args.id!r} in {args.store}")
     if not getattr(sched, args.operation)(args.id):
-        raise Exit(1, f"{args.operation} {args.id!r}: does not apply (status {sched.status(args.id)})")
+        raise CliError(
+            1, f"{args.operation} {args.id!r}: does not apply (status {sched.status(args.id)})"
+        )
     print(f"{args.operation}: {args.id}", file=sys.stderr)
     return 0

@@ -9,6 +9,7 @@ shutdown); the tail of the output is kept with the outcome.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -26,14 +27,14 @@ _running: set[subprocess.Popen[bytes]] = set()
 _lock = threading.Lock()
 
 
-class CommandFailed(Exception):
+class CommandError(Exception):
     """A command exited non-zero, was killed, or ran past its timeout."""
 
 
 def run_command(command: str | list[str], timeout: float | None, *, run: RunContext) -> str:
     """Run ``command`` (argv list, or a string for the shell) for one run; return its tail.
 
-    Raises :class:`CommandFailed`, with the output's tail, when it fails.
+    Raises :class:`CommandError`, with the output's tail, when it fails.
     """
     env = {
         **os.environ,
@@ -59,7 +60,7 @@ def run_command(command: str | list[str], timeout: float | None, *, run: RunCont
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             out, _ = proc.communicate()
-            raise CommandFailed(
+            raise CommandError(
                 f"timed out after {timeout:g}s (process group killed); output:\n{_tail(out)}"
             ) from None
     finally:
@@ -72,7 +73,7 @@ def run_command(command: str | list[str], timeout: float | None, *, run: RunCont
             if proc.returncode < 0
             else f"exit status {proc.returncode}"
         )
-        raise CommandFailed(f"{how}; output:\n{tail}")
+        raise CommandError(f"{how}; output:\n{tail}")
     return tail
 
 
@@ -82,10 +83,8 @@ def _tail(out: bytes | None) -> str:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def stop_all(grace: float = KILL_GRACE) -> None:
@@ -93,10 +92,8 @@ def stop_all(grace: float = KILL_GRACE) -> None:
     with _lock:
         procs = list(_running)
     for proc in procs:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     for proc in procs:
         try:
             proc.wait(grace)

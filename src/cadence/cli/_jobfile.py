@@ -30,8 +30,8 @@ JOB_KEYS = frozenset(
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call"}
 RETRY_KEYS = frozenset({"base", "cap", "jitter"})
 MISFIRES = {"catch_up": Misfire.CATCH_UP, "skip": Misfire.SKIP, "coalesce": Misfire.COALESCE}
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|min|s|m|h|d)")
 
 
 class JobFileError(ValueError):
@@ -129,7 +129,9 @@ def load(path: str | Path) -> list[Job]:
         raise JobFileError(f"{path}: not valid TOML: {exc}") from None
     unknown = set(data) - {"defaults", "jobs"}
     if unknown:
-        raise JobFileError(f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults] and [[jobs]]")
+        raise JobFileError(
+            f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults] and [[jobs]]"
+        )
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise JobFileError(f"{path}: [defaults] must be a table")
@@ -144,12 +146,30 @@ def load(path: str | Path) -> list[Job]:
     for index, raw in enumerate(jobs):
         job_id = raw.get("id")
         if not isinstance(job_id, str) or not job_id:
-            raise JobFileError(f"{path}: job #{index + 1}: key 'id': a non-empty string is required")
+            raise JobFileError(
+                f"{path}: job #{index + 1}: key 'id': a non-empty string is required"
+            )
         if job_id in seen:
             raise JobFileError(f"{path}: job {job_id!r}: key 'id': used twice in the file")
         seen.add(job_id)
-        loaded.append(_job(path, job_id, {**defaults, **raw}))
+        loaded.append(_job(path, job_id, _merged(defaults, raw)))
     return loaded
+
+
+def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
+    """A job's keys over the defaults; a default that does not apply to it is left out
+    (``misfire`` for a one-off, ``timeout`` for a ``call``, ``args`` for a ``command``)."""
+    merged = {**defaults, **raw}
+    unfit = set()
+    if "at" in raw:
+        unfit.add("misfire")
+    if "call" in raw:
+        unfit.add("timeout")
+    if "command" in raw:
+        unfit |= {"args", "kwargs"}
+    for name in unfit - set(raw):
+        merged.pop(name, None)
+    return merged
 
 
 def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
@@ -164,10 +184,14 @@ def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
     tz = zone(raw["tz"], key("tz")) if "tz" in raw else local_zone()
     kinds = [k for k in ("cron", "every", "at") if k in raw]
     if len(kinds) != 1:
-        raise JobFileError(f"{where}: give exactly one of 'cron', 'every', 'at' (got {kinds or 'none'})")
+        raise JobFileError(
+            f"{where}: give exactly one of 'cron', 'every', 'at' (got {kinds or 'none'})"
+        )
     runs = [k for k in ("command", "call") if k in raw]
     if len(runs) != 1:
-        raise JobFileError(f"{where}: give exactly one of 'command', 'call' (got {runs or 'none'})")
+        raise JobFileError(
+            f"{where}: give exactly one of 'command', 'call' (got {runs or 'none'})"
+        )
     if "start" in raw and kinds[0] != "every":
         raise JobFileError(f"{key('start')}: only an 'every' job has a start")
     when = _when(raw, kinds[0], tz, key)
@@ -177,7 +201,9 @@ def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
         if not (isinstance(command, str) and command.strip()) and not (
             isinstance(command, list) and command and all(isinstance(a, str) for a in command)
         ):
-            raise JobFileError(f"{key('command')}: a non-empty string or list of strings is required")
+            raise JobFileError(
+                f"{key('command')}: a non-empty string or list of strings is required"
+            )
         if "args" in raw or "kwargs" in raw:
             raise JobFileError(f"{where}: 'args'/'kwargs' go with 'call', not 'command'")
         action, args, kwargs = COMMAND, [command, timeout], None
@@ -220,7 +246,9 @@ def _when(raw: dict[str, Any], kind: str, tz: tzinfo, key: Any) -> Schedule:
     try:
         from cadence.cron import Cron
     except ImportError:
-        raise JobFileError(f"{key('cron')}: cron needs the cron extra: pip install 'cadence[cron]'") from None
+        raise JobFileError(
+            f"{key('cron')}: cron needs the cron extra: pip install 'cadence[cron]'"
+        ) from None
     try:
         return Cron(expression, tz=tz)
     except ValueError as exc:
@@ -249,7 +277,7 @@ def _check_call(function: Any, args: Any, kwargs: Any, what: str) -> None:
 
 def _retry(value: Any, what: str) -> Backoff:
     if not isinstance(value, dict):
-        raise JobFileError(f"{what}: must be a table like {{ base = \"1s\", cap = \"1m\" }}")
+        raise JobFileError(f'{what}: must be a table like {{ base = "1s", cap = "1m" }}')
     unknown = set(value) - RETRY_KEYS
     if unknown:
         raise JobFileError(f"{what}: unknown keys {sorted(unknown)}")

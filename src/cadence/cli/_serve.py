@@ -23,7 +23,9 @@ from cadence.durable import DurableScheduler
 log = logging.getLogger("cadence.cli")
 
 
-def serve(sched: DurableScheduler, jobs: list[Job], *, workers: int, grace: float, live: bool) -> int:
+def serve(
+    sched: DurableScheduler, jobs: list[Job], *, workers: int, grace: float, live: bool
+) -> int:
     """Declare ``jobs`` (idempotently: see ``DurableScheduler.ensure``) and run until a signal.
 
     On SIGTERM or SIGINT: no new run is claimed; runs in flight get
@@ -31,9 +33,7 @@ def serve(sched: DurableScheduler, jobs: list[Job], *, workers: int, grace: floa
     (SIGTERM, then SIGKILL). Returns 0.
     """
     added = [job.id for job in jobs if sched.ensure(job.id, job.when, job.action, **job.options())]
-    log.info(
-        "%d jobs loaded into %s (%d new or changed)", len(jobs), sched.store, len(added)
-    )
+    log.info("%d jobs loaded into %s (%d new or changed)", len(jobs), sched.store, len(added))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

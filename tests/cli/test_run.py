@@ -1,0 +1,206 @@
+"""``cadence run`` and the control commands, end to end: real processes, real SQLite files."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Cli:
+    """Runs ``cadence`` subcommands in a directory with one job file and one store."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.dir = tmp
+        self.jobs = tmp / "jobs.toml"
+        self.store = f"sqlite:///{tmp / 'state.db'}"
+        self.procs: list[subprocess.Popen[str]] = []
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp / "out")}
+
+    def write(self, text: str) -> None:
+        self.jobs.write_text(text)
+
+    def start(self, *extra: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cadence", "run", str(self.jobs), "--store", self.store,
+             "--live", "no", *extra],
+            cwd=self.dir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cadence", *args, "--store", self.store],
+            cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    def json(self, *args: str) -> Any:
+        done = self(*args, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def lines(self) -> list[str]:
+        out = self.dir / "out"
+        return out.read_text().splitlines() if out.exists() else []
+
+    def wait(self, done: Callable[[], bool], timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    c = Cli(tmp_path)
+    try:
+        yield c
+    finally:
+        for proc in c.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=30)
+
+
+def _task(cli: Cli, task_id: str) -> dict[str, Any]:
+    return next((t for t in cli.json("status") if t["id"] == task_id), {})
+
+
+FACTS = "$CADENCE_TASK_ID $CADENCE_SLOT $CADENCE_ATTEMPT $CADENCE_KEY"
+RECORD = f'command = ["sh", "-c", "echo {FACTS} >> $OUT"]'
+
+
+def test_run_executes_commands_with_their_facts_and_stops_on_sigterm(cli: Cli) -> None:
+    cli.write(f'[[jobs]]\nid = "tick"\nevery = "0.3s"\n{RECORD}\n')
+    proc = cli.start()
+    cli.wait(lambda: len(cli.lines()) >= 3)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    rows = [line.split() for line in cli.lines()]
+    for task_id, slot, attempt, key in rows:
+        assert (task_id, attempt, key) == ("tick", "0", f"tick@{slot}")
+        assert repr(float(slot)) == slot
+    slots = [float(r[1]) for r in rows]
+    assert all(abs(b - a - 0.3) < 1e-6 for a, b in itertools.pairwise(slots))
+    status = cli.json("status")
+    assert status[0]["id"] == "tick"
+    assert status[0]["status"] == "scheduled"
+    assert status[0]["paused"] is False
+    assert isinstance(status[0]["next"], float)
+    history = cli.json("history", "tick", "--limit", "2")
+    assert [h["result"] for h in history] == ["ok", "ok"]
+    assert history[0]["at"] > history[1]["at"]
+    assert set(history[0]) >= {"at", "result", "attempt", "error", "started"}
+
+
+def test_sigterm_waits_for_the_run_in_flight(cli: Cli) -> None:
+    cli.write('[[jobs]]\nid = "slow"\nevery = "1h"\nstart = "2020-01-01T00:00:00+00:00"\n'
+              'misfire = "coalesce"\ncommand = "sleep 1; echo done >> $OUT"\n')  # fmt: skip
+    proc = cli.start()
+    time.sleep(0.6)  # the run has started
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert cli.lines() == ["done"]
+    [run] = cli.json("history", "slow")
+    assert run["result"] == "ok"
+
+
+def test_sigkill_and_restart_lose_no_slot(cli: Cli) -> None:
+    cli.write(f'[[jobs]]\nid = "tick"\nevery = "0.25s"\n{RECORD}\n')
+    first = cli.start()
+    cli.wait(lambda: len(cli.lines()) >= 3)
+    first.kill()
+    first.wait()
+    time.sleep(1.0)  # four slots pass with nothing running
+    second = cli.start()
+    cli.wait(lambda: len(cli.lines()) >= 12)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(30) == 0
+    history = cli.json("history", "tick", "--limit", "1000")
+    slots = sorted(h["slot"] for h in history)
+    assert all(abs(b - a - 0.25) < 1e-6 for a, b in itertools.pairwise(slots))
+    assert len(slots) == len(set(slots))  # each completed once
+
+
+def test_two_processes_on_one_file_run_each_slot_once(cli: Cli) -> None:
+    cli.write(f'[[jobs]]\nid = "a"\nevery = "0.2s"\n{RECORD}\n'
+              f'[[jobs]]\nid = "b"\nevery = "0.3s"\n{RECORD}\n')  # fmt: skip
+    procs = [cli.start(), cli.start()]
+    cli.wait(lambda: len(cli.lines()) >= 20)
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(30) for proc in procs] == [0, 0]
+    keys = [line.split()[3] for line in cli.lines()]
+    assert len(keys) == len(set(keys))  # no slot ran twice
+    assert len(cli.json("status")) == 2  # and the file was loaded once
+
+
+def test_pause_resume_trigger_and_cancel_from_another_process(cli: Cli) -> None:
+    cli.write(f'[[jobs]]\nid = "t"\nevery = "1h"\n{RECORD}\n')
+    proc = cli.start()
+    cli.wait(lambda: cli("status").returncode == 0 and "t " in cli("status").stdout)
+    assert cli("trigger", "t").returncode == 0  # runs now, outside its schedule
+    cli.wait(lambda: len(cli.lines()) == 1)
+    assert cli("pause", "t").returncode == 0
+    assert cli.json("status")[0]["paused"] is True
+    assert cli("pause", "t").returncode == 1  # already paused: does not apply
+    assert cli("trigger", "t").returncode == 1  # paused: does not apply
+    assert cli("resume", "t").returncode == 0
+    assert cli("cancel", "t").returncode == 0
+    assert cli.json("status")[0]["status"] == "cancelled"
+    for command in ("pause", "resume", "cancel", "trigger", "history"):
+        done = cli(command, "nope")
+        assert done.returncode == 1, command
+        assert "no task 'nope'" in done.stderr
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+def test_a_timeout_kills_the_whole_process_group(cli: Cli) -> None:
+    marker = f"{time.time():.6f}"
+    cli.write('[[jobs]]\nid = "hang"\nat = "2020-01-01T00:00:00+00:00"\ntimeout = "0.5s"\n'
+              f'command = "sleep 3{marker[-4:]} & sleep 3{marker[-4:]}"\n')  # fmt: skip
+    proc = cli.start()
+    cli.wait(lambda: cli("history", "hang").stdout.strip() != "")
+    [run] = cli.json("history", "hang")
+    assert run["result"] == "failed"
+    assert "timed out after 0.5s" in run["error"]
+    time.sleep(0.2)
+    left = subprocess.run(
+        ["pgrep", "-f", f"sleep 3{marker[-4:]}"], capture_output=True, check=False
+    )
+    assert left.stdout == b""  # the background child died with the group
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+def test_call_jobs_and_failures_with_output_in_history(cli: Cli) -> None:
+    cli.write('[defaults]\nmax_retries = 1\nretry = { base = "0.1s" }\n'
+              '[[jobs]]\nid = "c"\nat = "2020-01-01T00:00:00+00:00"\ncall = "json:dumps"\n'
+              'args = [[1, "a"]]\n'
+              '[[jobs]]\nid = "f"\nat = "2020-01-01T00:00:00+00:00"\n'
+              'command = "echo boom; exit 3"\n')  # fmt: skip
+    proc = cli.start()
+    cli.wait(lambda: {"id": "f", "status": "failed"}.items() <= _task(cli, "f").items())
+    [ok] = cli.json("history", "c")
+    assert (ok["result"], ok["output"]) == ("ok", '[1, "a"]')
+    failed, retried = cli.json("history", "f")
+    assert (retried["result"], failed["result"], failed["attempt"]) == ("retry", "failed", 1)
+    assert "exit status 3" in failed["error"]
+    assert "boom" in failed["error"]
+    human = cli("history", "f").stdout
+    assert "boom" in human
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
