@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cadence import DurableScheduler, Runner
-from cadence.store import Change, Known, SQLiteStore, TaskRow
+from cadence.store import Change, Edit, Known, SQLiteStore, TaskRow
 
 
 class KillingStore(SQLiteStore):
@@ -38,11 +38,9 @@ class KillingStore(SQLiteStore):
             self._die("claimed")
         return rows
 
-    def modify_many(
-        self, changes: Sequence[tuple[str, Callable[[TaskRow | None], Change[Any]], Any]]
-    ) -> list[Change[Any] | None]:
-        if all(fence is None for _, _, fence in changes):
-            return super().modify_many(changes)
+    def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
+        if all(edit.fence is None for edit in edits):
+            return super().modify_many(edits)
         self._die("completing")  # completions are the fenced changes
 
         def dying(change: Callable[[TaskRow | None], Change[Any]]) -> Any:
@@ -53,7 +51,8 @@ class KillingStore(SQLiteStore):
 
             return inside
 
-        return super().modify_many([(t, dying(c), f) for t, c, f in changes])
+        # No decision in advance: the change (and the kill) happens inside the transaction.
+        return super().modify_many([Edit(e.task_id, dying(e.change), e.fence) for e in edits])
 
 
 def main() -> None:

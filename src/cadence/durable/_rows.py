@@ -136,20 +136,6 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
     return row, requeued
 
 
-def same_run(a: TaskRow, b: TaskRow) -> bool:
-    """True if two reads of a row show the same run in the same state (leases aside)."""
-    return (
-        a.fence == b.fence
-        and a.status == b.status
-        and a.paused == b.paused
-        and a.due == b.due
-        and a.priority == b.priority
-        and a.action == b.action
-        and a.state == b.state
-        and a.spec == b.spec
-    )
-
-
 def slot_of(row: TaskRow) -> Time:
     """The slot of a row's current run: its idempotency key is ``f"{task_id}@{slot!r}"``."""
     slot: Time = row.due if not row.state["attempt"] else row.state["first_at"]

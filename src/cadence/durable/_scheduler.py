@@ -30,10 +30,10 @@ from cadence._scheduler import _plan as make_plan
 from cadence._types import Action, Result, RunOutcome, Status, TaskInfo, Time
 from cadence.misfire import Misfire
 from cadence.schedules import FixedRate, Once
-from cadence.store import Change, Known, OutcomeRow, Store, TaskRow
+from cadence.store import Change, Edit, Known, OutcomeRow, Store, TaskRow
 
 from . import _codec
-from ._rows import LEASED, Held, dump, new_row, outcome_row, restore, same_run, state_of
+from ._rows import LEASED, Held, dump, new_row, outcome_row, restore, state_of
 
 logger = logging.getLogger("cadence.durable")
 """Leases lost and taken over, actions no node here knows, store faults."""
@@ -735,32 +735,34 @@ class DurableScheduler(Scheduler):
         if own is not None:  # the store's clock decides: shift the run's times onto it
             started, finished = own - (finished - started), own
         claimed = task.row
-        decided_once: list[Change[RunOutcome]] = []
+        # Decided in advance from the row as claimed, and written as it is if the row
+        # did not change meanwhile (the usual case: one UPDATE, no read). Otherwise the
+        # decision is made again in the transaction, from the row as it is then.
+        task.value = value
+        outcome = task.engine.complete(task, error, started, finished)
+        new, requeued = dump(task, keep_lease=False)
+        record = outcome_row(claimed, outcome, finished)
+        expected = Change(outcome, row=new, outcome=record, requeued=requeued)
 
         def complete(row: TaskRow | None) -> Change[RunOutcome]:
-            if decided_once:  # the same transaction, tried again alone (group commit)
-                return decided_once[0]
             assert row is not None
-            if same_run(row, claimed) and task.status is Status.RUNNING:
-                fresh = task  # nothing changed since the claim: its engine state holds
-            else:  # cancelled, paused, rescheduled meanwhile: decide from the row as it is
-                status = Status.CANCELLED if row.status == Status.CANCELLED else Status.RUNNING
-                fresh = restore(row, task.action, status)
+            status = Status.CANCELLED if row.status == Status.CANCELLED else Status.RUNNING
+            fresh = restore(row, task.action, status)
             fresh.value = value
-            outcome = fresh.engine.complete(fresh, error, started, finished)
-            new, requeued = dump(fresh, keep_lease=False)
-            decided = Change(
-                outcome, row=new, outcome=outcome_row(row, outcome, finished), requeued=requeued
+            result = fresh.engine.complete(fresh, error, started, finished)
+            again, queued = dump(fresh, keep_lease=False)
+            return Change(
+                result, row=again, outcome=outcome_row(row, result, finished), requeued=queued
             )
-            decided_once.append(decided)
-            return decided
 
         with self._hold:
             self._held.pop(task.task_id, None)  # type: ignore[call-overload]
-        decided = self._commit(claimed.task_id, complete, task.fence)
+        decided = self._commit(
+            Edit(claimed.task_id, complete, task.fence, (claimed.version, expected))
+        )
         if decided is None:
             if task.cancelled:  # cancelled (and its id reused) while it ran: only reported
-                task.engine.cancel(task.task_id)
+                outcome = outcome._replace(result=Result.FAILED if error else Result.OK)
             else:
                 logger.warning(
                     "task %r: lease lost before its run at %r completed; its outcome is not "
@@ -768,7 +770,6 @@ class DurableScheduler(Scheduler):
                     task.task_id,
                     task.entry[0],
                 )
-            outcome = task.engine.complete(task, error, started, finished)
         else:
             outcome = decided.value
             if self._listeners and decided.requeued and decided.row is not None:
@@ -777,9 +778,7 @@ class DurableScheduler(Scheduler):
             self._emit_outcome(outcome)
         return outcome
 
-    def _commit(
-        self, task_id: str, change: Callable[[TaskRow | None], Change[Any]], fence: int
-    ) -> Change[Any] | None:
+    def _commit(self, edit: Edit) -> Change[Any] | None:
         """A fenced completion, group-committed with those of other threads.
 
         The first thread to arrive commits every completion queued while it
@@ -789,7 +788,7 @@ class DurableScheduler(Scheduler):
         transaction fails is retried one completion at a time, so one bad
         completion fails alone.
         """
-        mine = _Pending(task_id, change, fence)
+        mine = _Pending(edit)
         with self._flush_lock:
             self._pending.append(mine)
             while self._flushing and not mine.done:
@@ -800,7 +799,7 @@ class DurableScheduler(Scheduler):
             batch, self._pending = self._pending, []
         try:
             try:
-                results = self._store.modify_many([(p.task_id, p.change, p.fence) for p in batch])
+                results = self._store.modify_many([p.edit for p in batch])
                 for pending, result in zip(batch, results, strict=True):
                     pending.value = result
             except Exception:
@@ -808,9 +807,7 @@ class DurableScheduler(Scheduler):
                     raise
                 for pending in batch:  # one at a time: only the culprit fails
                     try:
-                        pending.value = self._store.modify(
-                            pending.task_id, pending.change, fence=pending.fence
-                        )
+                        pending.value = self._store.modify_many([pending.edit])[0]
                     except Exception as exc:
                         pending.error = exc
         except BaseException as exc:
@@ -901,12 +898,10 @@ class DurableScheduler(Scheduler):
 class _Pending:
     """One completion waiting for a group commit, then its result."""
 
-    __slots__ = ("change", "done", "error", "fence", "task_id", "value")
+    __slots__ = ("done", "edit", "error", "value")
 
-    def __init__(
-        self, task_id: str, change: Callable[[TaskRow | None], Change[Any]], fence: int
-    ) -> None:
-        self.task_id, self.change, self.fence = task_id, change, fence
+    def __init__(self, edit: Edit) -> None:
+        self.edit = edit
         self.done = False
         self.value: Change[Any] | None = None
         self.error: BaseException | None = None

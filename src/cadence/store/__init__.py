@@ -13,7 +13,7 @@ a store implements is :class:`Store`; its rows are :class:`TaskRow` and
 
 from __future__ import annotations
 
-from ._base import Change, Known, OutcomeRow, Store, TaskRow
+from ._base import Change, Edit, Known, OutcomeRow, Store, TaskRow
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore, StoreError
 
@@ -44,6 +44,7 @@ def open_store(url: str) -> Store:
 
 __all__ = [
     "Change",
+    "Edit",
     "Known",
     "MemoryStore",
     "OutcomeRow",

@@ -43,7 +43,8 @@ class TaskRow:
     misfire backlog and skips. ``due`` is the time of its current run;
     ``seq`` orders runs due at the same time and priority (scheduling order,
     across processes). ``fence``, ``owner``, ``lease_until`` and
-    ``expiries`` are the lease of a run in flight (``queued``/``running``).
+    ``expiries`` are the lease of a run in flight (``queued``/``running``);
+    ``version`` counts the row's writes (a store bumps it on each).
     ``reclaimed`` is set on rows a claim took over from an expired lease
     (not stored).
     """
@@ -61,6 +62,7 @@ class TaskRow:
     owner: str | None = None
     lease_until: Time | None = None
     expiries: int = 0
+    version: int = 0
     reclaimed: bool = field(default=False, compare=False)
     spec_text: tuple[object, str] | None = field(default=None, compare=False, repr=False)
     """``(spec, its JSON)`` as read, so an unchanged spec is not encoded again: valid
@@ -120,6 +122,18 @@ class Change(Generic[T]):
     requeued: bool = False
 
 
+class Edit(NamedTuple):
+    """One change for :meth:`Store.modify_many`: :meth:`Store.modify`'s arguments, and
+    optionally ``expect``: ``(version, change)``, a change decided in advance from the
+    row at that version, written without reading the row if the row is still at that
+    version and fence (one statement); otherwise ``change`` decides from the row."""
+
+    task_id: str
+    change: Callable[[TaskRow | None], Change[Any]]
+    fence: int | None = None
+    expect: tuple[int, Change[Any]] | None = None
+
+
 class Known(NamedTuple):
     """Which actions a node can run: ``names`` it registered, and import paths
     (``"pkg.mod:func"``, claimed by any node) except the ``broken`` ones it failed
@@ -164,13 +178,11 @@ class Store(Protocol):
         """
         ...
 
-    def modify_many(
-        self, changes: Sequence[tuple[str, Callable[[TaskRow | None], Change[Any]], int | None]]
-    ) -> list[Change[Any] | None]:
-        """Several :meth:`modify` calls ``(task_id, change, fence)`` in one transaction.
+    def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
+        """Several :meth:`modify` calls (:class:`Edit`) in one transaction, in order.
 
-        Group commit: one commit (one fsync) for many completions. Results in
-        order; a change that raises rolls back the whole transaction.
+        Group commit: one commit (one fsync) for many completions. A change
+        that raises rolls back the whole transaction.
         """
         ...
 

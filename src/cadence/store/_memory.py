@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from cadence._types import Time
 
-from ._base import LEASED, RUNNING, SCHEDULED, Change, Known, OutcomeRow, TaskRow
+from ._base import LEASED, RUNNING, SCHEDULED, Change, Edit, Known, OutcomeRow, TaskRow
 
 T = TypeVar("T")
 
@@ -50,21 +50,22 @@ class MemoryStore:
         fence: int | None = None,
     ) -> Change[T] | None:
         """See :meth:`cadence.store.Store.modify`."""
-        return self.modify_many([(task_id, change, fence)])[0]
+        return self.modify_many([Edit(task_id, change, fence)])[0]
 
-    def modify_many(
-        self, changes: Sequence[tuple[str, Callable[[TaskRow | None], Change[Any]], int | None]]
-    ) -> list[Change[Any] | None]:
+    def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
         """See :meth:`cadence.store.Store.modify_many` (all or nothing, as a transaction)."""
         with self._lock:
             rows, outcomes, seq = dict(self._rows), dict(self._outcomes), self._seq
             results: list[Change[Any] | None] = []
-            for task_id, change, fence in changes:
+            for task_id, change, fence, expect in edits:
                 row = rows.get(task_id)
                 if fence is not None and (row is None or row.fence != fence):
                     results.append(None)
                     continue
-                decided = change(None if row is None else row.copy())
+                if expect is not None and row is not None and row.version == expect[0]:
+                    decided = expect[1]
+                else:
+                    decided = change(None if row is None else row.copy())
                 if decided.outcome is not None:
                     outcome = decided.outcome
                     key = (outcome.task_id, outcome.slot, outcome.attempt, outcome.fence)
@@ -73,6 +74,7 @@ class MemoryStore:
                     outcomes[key] = outcome
                 if decided.row is not None:
                     new = decided.row.copy()
+                    new.version = 0 if row is None else row.version + 1
                     if decided.requeued or row is None:
                         seq += 1
                         new.seq = seq

@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 
 from cadence._types import Time
 
-from ._base import RUNNING, Change, Known, OutcomeRow, TaskRow
+from ._base import RUNNING, Change, Edit, Known, OutcomeRow, TaskRow
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ LOCKED_RETRY = 120.0
 
 _COLUMNS = (
     "task_id, action, spec, state, status, paused, due, priority, seq, fence, owner, "
-    "lease_until, expiries"
+    "lease_until, expiries, version"
 )
 _OUTCOME_COLUMNS = (
     "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner, value"
@@ -68,12 +68,13 @@ def _migrations(p: str) -> list[list[str]]:
                 fence       INTEGER NOT NULL DEFAULT 0,
                 owner       TEXT,
                 lease_until,
-                expiries    INTEGER NOT NULL DEFAULT 0
+                expiries    INTEGER NOT NULL DEFAULT 0,
+                version     INTEGER NOT NULL DEFAULT 0
             )""",
             f"CREATE INDEX {p}due ON {p}tasks (due, priority, seq) "
             "WHERE status = 'scheduled' AND paused = 0",
-            f"CREATE INDEX {p}lease ON {p}tasks (lease_until) "
-            "WHERE status IN ('queued', 'running')",
+            # Rows with an owner are the runs in flight (few): claims of expired leases,
+            # heartbeats and wake-ups scan them all; one index less to write per run.
             f"CREATE INDEX {p}owner ON {p}tasks (owner) WHERE owner IS NOT NULL",
             f"""CREATE TABLE {p}outcomes (
                 task_id  TEXT NOT NULL,
@@ -229,16 +230,17 @@ class SQLiteStore:
         fence: int | None = None,
     ) -> Change[T] | None:
         """See :meth:`cadence.store.Store.modify`."""
-        return self.modify_many([(task_id, change, fence)])[0]
+        return self.modify_many([Edit(task_id, change, fence)])[0]
 
-    def modify_many(
-        self, changes: Sequence[tuple[str, Callable[[TaskRow | None], Change[Any]], int | None]]
-    ) -> list[Change[Any] | None]:
+    def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
         """See :meth:`cadence.store.Store.modify_many`."""
         p = self._p
         results: list[Change[Any] | None] = []
         with self._write() as db:
-            for task_id, change, fence in changes:
+            for task_id, change, fence, expect in edits:
+                if expect is not None and self._write_expected(db, task_id, fence, *expect):
+                    results.append(expect[1])
+                    continue
                 found = db.execute(
                     f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = ?", (task_id,)
                 ).fetchone()
@@ -247,27 +249,54 @@ class SQLiteStore:
                     results.append(None)
                     continue
                 decided = change(row)
-                if decided.outcome is not None:
-                    db.execute(
-                        f"INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) "
-                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                        decided.outcome,
-                    )
                 new = decided.row
                 if new is not None:
-                    if decided.requeued or row is None:
-                        new.seq = db.execute(
-                            f"UPDATE {p}meta SET value = value + 1 WHERE key = 'seq' "
-                            "RETURNING value"
-                        ).fetchone()[0]
+                    new.version = 0 if row is None else row.version + 1
+                    self._seq(db, decided)
                     values = _values(new)
                     if row is None:
                         marks = ",".join("?" * len(values))
                         db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
                     else:
-                        db.execute(_update(p), (*values[1:], task_id))
+                        db.execute(_update(p, ""), (*values[1:], task_id))
+                self._record(db, decided)
                 results.append(decided)
         return results
+
+    def _write_expected(
+        self, db: sqlite3.Connection, task_id: str, fence: int | None, version: int,
+        decided: Change[Any],
+    ) -> bool:  # fmt: skip
+        """Write a change decided in advance, if the row is still at ``version``: one UPDATE."""
+        new = decided.row
+        assert new is not None
+        new.version = version + 1
+        self._seq(db, decided)
+        values = _values(new)
+        cursor = db.execute(
+            _update(self._p, " AND fence = ? AND version = ?"),
+            (*values[1:], task_id, fence, version),
+        )
+        if cursor.rowcount != 1:
+            return False
+        self._record(db, decided)
+        return True
+
+    def _seq(self, db: sqlite3.Connection, decided: Change[Any]) -> None:
+        """A new ``seq`` for a row whose run was queued anew (or that is new)."""
+        new = decided.row
+        if new is not None and (decided.requeued or new.seq == 0):
+            new.seq = db.execute(
+                f"UPDATE {self._p}meta SET value = value + 1 WHERE key = 'seq' RETURNING value"
+            ).fetchone()[0]
+
+    def _record(self, db: sqlite3.Connection, decided: Change[Any]) -> None:
+        if decided.outcome is not None:
+            marks = ",".join("?" * len(decided.outcome))
+            db.execute(
+                f"INSERT INTO {self._p}outcomes ({_OUTCOME_COLUMNS}) VALUES ({marks})",
+                decided.outcome,
+            )
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.claim`."""
@@ -288,8 +317,9 @@ class SQLiteStore:
                 else db.execute(
                     f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
                     f"fence = fence + 1, expiries = expiries + 1 WHERE task_id IN "
-                    f"(SELECT task_id FROM {p}tasks WHERE status IN ('queued', 'running') "
-                    f"AND lease_until < ? AND {where} ORDER BY lease_until LIMIT ?) "
+                    f"(SELECT task_id FROM {p}tasks WHERE owner IS NOT NULL "
+                    f"AND status IN ('queued', 'running') AND lease_until < ? AND {where} "
+                    "ORDER BY lease_until LIMIT ?) "
                     f"RETURNING {_COLUMNS}",
                     (node, until, now, *params, limit - len(due)),
                 ).fetchall()
@@ -326,8 +356,8 @@ class SQLiteStore:
             params,
         ).fetchone()
         lease = db.execute(
-            f"SELECT lease_until FROM {p}tasks WHERE status IN ('queued', 'running') "
-            f"AND owner != ? AND {where} ORDER BY lease_until LIMIT 1",
+            f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL AND owner != ? "
+            f"AND status IN ('queued', 'running') AND {where} ORDER BY lease_until LIMIT 1",
             (node, *params),
         ).fetchone()
         times = [found[0] for found in (due, lease) if found is not None]
@@ -366,9 +396,11 @@ class SQLiteStore:
 
 
 @functools.lru_cache(maxsize=16)
-def _update(p: str) -> str:
+def _update(p: str, condition: str) -> str:
     names = [name.strip() for name in _COLUMNS.split(",")][1:]
-    return f"UPDATE {p}tasks SET {', '.join(f'{n} = ?' for n in names)} WHERE task_id = ?"
+    return (
+        f"UPDATE {p}tasks SET {', '.join(f'{n} = ?' for n in names)} WHERE task_id = ?{condition}"
+    )
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -399,7 +431,7 @@ def _known(known: Known) -> tuple[str, list[str]]:
 
 def _row(found: Sequence[Any]) -> TaskRow:
     task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
-    owner, lease_until, expiries = found[10:]
+    owner, lease_until, expiries, version = found[10:]
     try:
         spec_value, state_value = _decode(spec), json.loads(state)
     except ValueError as exc:
@@ -421,6 +453,7 @@ def _row(found: Sequence[Any]) -> TaskRow:
         owner,
         lease_until,
         expiries,
+        version,
         spec_text=(spec_value, spec),
     )
 
@@ -455,6 +488,7 @@ def _values(row: TaskRow) -> tuple[Any, ...]:
         row.owner,
         row.lease_until,
         row.expiries,
+        row.version,
     )
 
 
