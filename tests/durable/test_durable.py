@@ -253,6 +253,22 @@ def test_unknown_actions_are_left_for_a_node_that_knows_them(store: Store) -> No
     assert rows(knows.tick(5)) == [("a", 0, "ok", 0)]
 
 
+def test_a_runner_warns_of_actions_it_does_not_know(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "u.db"
+    other = DurableScheduler(SQLiteStore(path))
+    other.register("elsewhere", jobs.noop)
+    other.schedule_once("a", 3600, "elsewhere")
+    sched = DurableScheduler(SQLiteStore(path), poll=0.01)
+    with Runner(sched):
+        deadline = time.monotonic() + 5
+        while "'elsewhere' is not registered here" not in caplog.text:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert sched.status("a") is Status.SCHEDULED
+
+
 def test_an_import_path_that_broke_is_left_untouched_with_a_warning(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:

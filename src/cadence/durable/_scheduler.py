@@ -860,6 +860,7 @@ class DurableScheduler(Scheduler):
         beat_every = self._lease / 3
         last_beat = -float("inf")
         seen = None
+        self._warn_unknown()
         while not self._keeper_stop.wait(min(self._poll, beat_every)):
             try:
                 now = _validate.time_from("the clock", self._clock())
@@ -874,6 +875,21 @@ class DurableScheduler(Scheduler):
                         self._wake(head)
             except Exception:
                 logger.exception("heartbeat failed; retrying")
+
+    def _warn_unknown(self) -> None:
+        """Say which stored actions this process will leave to others (it cannot run them)."""
+        try:
+            names = self._store.actions()
+        except Exception:
+            logger.exception("could not list the stored actions")
+            return
+        known = self._known()
+        for name in sorted(n for n in names if n not in known and ":" not in n):
+            logger.warning(
+                "action %r is not registered here: its tasks are left to a process that "
+                "registers it (never deleted)",
+                name,
+            )
 
     def _heartbeat(self, now: Time) -> None:
         """Extend this node's leases; learn which runs were lost or cancelled meanwhile."""

@@ -216,6 +216,10 @@ class Store(Protocol):
         """The row of ``task_id``, or ``None``."""
         ...
 
+    def actions(self) -> set[str]:
+        """The action names of the unfinished tasks. O(n): for a warning at start-up."""
+        ...
+
     def rows(self) -> list[TaskRow]:
         """Every row, finished ones included, ordered by task id. O(n)."""
         ...

@@ -143,6 +143,11 @@ class MemoryStore:
             row = self._rows.get(task_id)
             return None if row is None else row.copy()
 
+    def actions(self) -> set[str]:
+        """See :meth:`cadence.store.Store.actions`."""
+        with self._lock:
+            return {r.action for r in self._rows.values() if r.status in (SCHEDULED, *LEASED)}
+
     def rows(self) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.rows`."""
         with self._lock:

@@ -372,6 +372,14 @@ class SQLiteStore:
         )
         return None if found is None else _row(found)
 
+    def actions(self) -> set[str]:
+        """See :meth:`cadence.store.Store.actions`."""
+        found = self._db().execute(
+            f"SELECT DISTINCT action FROM {self._p}tasks "
+            "WHERE status IN ('scheduled', 'queued', 'running')"
+        )
+        return {action for (action,) in found.fetchall()}
+
     def rows(self) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.rows`."""
         found = self._db().execute(f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id")
