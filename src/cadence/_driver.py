@@ -241,22 +241,35 @@ class Driver:
         finally:
             self._inside.active = False
 
-    def _complete(self, task: Task, error: BaseException | None, started: Time) -> RunOutcome:
+    def _complete(self, task: Task, error: BaseException | None, started: Time) -> None:
         """Complete a running run, report its outcome, then count it as finished.
 
         Reported before it stops counting as in flight: a waiting ``stop()``
-        returns only once ``on_outcome`` has seen every run.
+        returns only once ``on_outcome`` has seen every run. The scheduler
+        reports through ``then``, at once in memory; a durable scheduler may
+        report a little later, once the completion is committed (group
+        commit, :meth:`Scheduler._complete_later`).
         """
         try:
             finished = self._now()
         except BaseException as exc:  # a clock raising a fatal error: that is the run's end
             error, finished = exc, started
+        reported = False
+
+        def then(outcome: RunOutcome) -> None:
+            nonlocal reported
+            reported = True
+            try:
+                self._report(outcome, finished)
+            finally:
+                self._finished(was_running=True)
+
         try:
-            outcome = self._scheduler._complete(task, error, started, finished)
-            self._report(outcome, finished)
-        finally:
-            self._finished(was_running=True)
-        return outcome
+            self._scheduler._complete_later(task, error, started, finished, then)
+        except BaseException:
+            if not reported:
+                self._finished(was_running=True)
+            raise
 
     def _never_ran(self, task: Task, future: concurrent.futures.Future[Any] | Any) -> None:
         """Fail the run of a future that ended without running it (cancelled, failed, dropped).

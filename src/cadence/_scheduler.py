@@ -828,6 +828,21 @@ class Scheduler:
             self._emit_outcome(outcome)
         return outcome
 
+    def _complete_later(
+        self,
+        task: Task,
+        error: BaseException | None,
+        started: Time,
+        finished: Time,
+        then: Callable[[RunOutcome], object],
+    ) -> None:
+        """Complete a claimed run and pass its outcome to ``then`` (for runners).
+
+        In memory, at once. (A durable scheduler may hold the completion
+        back to commit it with others, and call ``then`` after the commit.)
+        """
+        then(self._complete(task, error, started, finished))
+
     # -- wake-ups for runners ----------------------------------------------
 
     def _subscribe(self, callback: Callable[[Time], object]) -> Callable[[], None]:

@@ -427,3 +427,41 @@ def _slow(at: Any) -> None:
 def test_once_at_a_past_time_runs_at_once(sched: DurableScheduler) -> None:
     sched.schedule("o", Once(at=10), NOOP)
     assert rows(sched.tick(1000)) == [("o", 10, "ok", 0)]
+
+
+class CountingStore(SQLiteStore):
+    """Counts the transactions that complete runs, and how many each holds."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.flushes: list[int] = []
+
+    def modify_many(self, edits: Any) -> Any:
+        if any(edit.fence is not None for edit in edits):
+            self.flushes.append(len(edits))
+        return super().modify_many(edits)
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_under_load_a_runner_group_commits_and_reports_only_durable_outcomes(
+    tmp_path: Path, group: bool
+) -> None:
+    store = CountingStore(tmp_path / "g.db")
+    sched = DurableScheduler(store, batch=8, group_commit=group)
+    for i in range(24):
+        sched.schedule_once(f"t{i:02}", 0, NOOP)
+    durable: list[bool] = []
+
+    def check(outcome: Any) -> None:  # reported only once it is in the store
+        durable.append(bool(sched.history(str(outcome.task_id))))
+
+    done = Collector()
+    with Runner(sched, on_outcome=lambda o: (check(o), done(o))):
+        assert done.wait_for(24, timeout=10)
+    assert durable == [True] * 24
+    assert sum(store.flushes) == 24
+    if group:
+        assert max(store.flushes) > 1  # a claimed batch's completions share commits
+        assert len(store.flushes) <= 6
+    else:
+        assert store.flushes == [1] * 24

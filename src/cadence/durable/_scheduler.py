@@ -43,6 +43,10 @@ _UNSET: Any = object()
 FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
 
 
+MAX_DEFER = 0.05
+"""Seconds a runner's completion may be held back for a group commit, at most."""
+
+
 class LeaseExpired(Exception):  # noqa: N818 - it names the event, as TimeoutError does
     """A run's lease expired ``max_expiries`` times: its holders kept dying or stalling.
 
@@ -76,7 +80,9 @@ class DurableScheduler(Scheduler):
     (seconds) is how often a runner looks for other processes' writes;
     ``batch`` the most runs claimed at once; ``max_expiries`` the leases of
     one run that may expire (crashed or stalled holders) before it fails
-    with :class:`LeaseExpired`.
+    with :class:`LeaseExpired`; ``group_commit`` lets a runner under load
+    commit the completions of one claimed batch together (see
+    :meth:`_complete_later`; ``False``: one commit per completion).
 
     Costs: each scheduling call, claim and completion is one store
     transaction (with :class:`~cadence.store.SQLiteStore` and
@@ -93,9 +99,12 @@ class DurableScheduler(Scheduler):
         "_broken",
         "_buffer",
         "_callables",
+        "_deferred",
+        "_deferred_since",
         "_flush_lock",
         "_flushed",
         "_flushing",
+        "_group",
         "_held",
         "_hold",
         "_keeper",
@@ -121,6 +130,7 @@ class DurableScheduler(Scheduler):
         poll: Time | timedelta = 0.1,
         batch: int = 16,
         max_expiries: int = 3,
+        group_commit: bool = True,
     ) -> None:
         if clock in _MONOTONIC_CLOCKS:
             raise ValueError(
@@ -137,6 +147,9 @@ class DurableScheduler(Scheduler):
             raise ValueError(f"batch must be >= 1, got {batch!r}")
         self._batch = batch
         self._max_expiries = _validate.count("max_expiries", max_expiries)
+        if not isinstance(group_commit, bool):
+            raise TypeError(f"group_commit must be a bool, got {group_commit!r}")
+        self._group = group_commit
         if node is not None and not isinstance(node, str):
             raise TypeError(f"node must be a str, got {node!r}")
         self._node = node or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -154,6 +167,8 @@ class DurableScheduler(Scheduler):
         self._flushed = threading.Condition(self._flush_lock)
         self._flushing = False
         self._pending: list[_Pending] = []
+        self._deferred: list[Any] = []  # completions held back for a group commit
+        self._deferred_since = 0.0
         store.open()
 
     def __repr__(self) -> str:
@@ -730,15 +745,77 @@ class DurableScheduler(Scheduler):
         outcome counts); the run's outcome is still returned, as this node
         saw it, and the loss is logged.
         """
+        edit, outcome = self._decided(task, error, started, finished)
+        return self._settled(task, self._commit(edit), outcome, error)
+
+    def _complete_later(  # type: ignore[override]
+        self,
+        task: Held,
+        error: BaseException | None,
+        started: Time,
+        finished: Time,
+        then: Callable[[RunOutcome], object],
+    ) -> None:
+        """Complete a run for a runner: under load, committed with the runs claimed with it.
+
+        While runs this node claimed are still waiting to start, a completion
+        is held back; the last of them commits all in one transaction (one
+        fsync), then each outcome goes to ``then``: outcomes are reported
+        only once durable. Idle, or with a worker pool (whose completions
+        group-commit across threads), each is committed at once. A held-back
+        completion waits at most :data:`MAX_DEFER` seconds (the heartbeat
+        thread flushes it); a crash before the commit only means the run is
+        started again after its lease (at-least-once, same key).
+        """
+        with self._hold:
+            defer = self._group and self._users > 0 and bool(self._buffer)
+            pending = bool(self._deferred)
+        if not defer and not pending:
+            then(self._complete(task, error, started, finished))
+            return
+        edit, outcome = self._decided(task, error, started, finished)
+        with self._hold:
+            self._deferred.append((edit, task, outcome, error, then))
+            if len(self._deferred) == 1:
+                self._deferred_since = time.monotonic()
+        if not defer or len(self._deferred) >= self._batch:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Commit the held-back completions in one transaction, then report each."""
+        with self._hold:
+            batch, self._deferred = self._deferred, []
+        if not batch:
+            return
+        try:
+            results = self._store.modify_many([edit for edit, *_ in batch])
+        except Exception:  # one at a time: only the culprit fails
+            results = []
+            for edit, *_ in batch:
+                try:
+                    results.append(self._store.modify_many([edit])[0])
+                except Exception:
+                    logger.exception("task %r: its completion failed", edit.task_id)
+                    results.append(None)
+        for (_, task, outcome, error, then), decided in zip(batch, results, strict=True):
+            then(self._settled(task, decided, outcome, error))
+
+    def _decided(
+        self, task: Held, error: BaseException | None, started: Time, finished: Time
+    ) -> tuple[Edit, RunOutcome]:
+        """The fenced completion of a run, decided in advance from the row as claimed.
+
+        Written as it is if the row did not change meanwhile (the usual case:
+        one UPDATE, no read); otherwise ``complete`` decides again inside the
+        transaction, from the row as it is then.
+        """
+        with self._hold:  # its run is over: no more heartbeats for it
+            self._held.pop(task.task_id, None)  # type: ignore[call-overload]
         value = task.value
         own = self._store.now()
         if own is not None:  # the store's clock decides: shift the run's times onto it
             started, finished = own - (finished - started), own
         claimed = task.row
-        # Decided in advance from the row as claimed, and written as it is if the row
-        # did not change meanwhile (the usual case: one UPDATE, no read). Otherwise the
-        # decision is made again in the transaction, from the row as it is then.
-        task.value = value
         outcome = task.engine.complete(task, error, started, finished)
         new, requeued = dump(task, keep_lease=False)
         record = outcome_row(claimed, outcome, finished)
@@ -755,11 +832,16 @@ class DurableScheduler(Scheduler):
                 result, row=again, outcome=outcome_row(row, result, finished), requeued=queued
             )
 
-        with self._hold:
-            self._held.pop(task.task_id, None)  # type: ignore[call-overload]
-        decided = self._commit(
-            Edit(claimed.task_id, complete, task.fence, (claimed.version, expected))
-        )
+        return Edit(claimed.task_id, complete, task.fence, (claimed.version, expected)), outcome
+
+    def _settled(
+        self,
+        task: Held,
+        decided: Change[Any] | None,
+        outcome: RunOutcome,
+        error: BaseException | None,
+    ) -> RunOutcome:
+        """The outcome of a committed (or fenced-off) completion; wakes runners, emits."""
         if decided is None:
             if task.cancelled:  # cancelled (and its id reused) while it ran: only reported
                 outcome = outcome._replace(result=Result.FAILED if error else Result.OK)
@@ -847,6 +929,7 @@ class DurableScheduler(Scheduler):
                     for task in buffered:
                         self._held.pop(task.task_id, None)  # type: ignore[call-overload]
             if last:
+                self._flush()  # no completion is left held back
                 self._keeper_stop.set()
                 if keeper is not None and keeper is not threading.current_thread():
                     keeper.join()
@@ -867,6 +950,8 @@ class DurableScheduler(Scheduler):
                 if now - last_beat >= beat_every:
                     self._heartbeat(now)
                     last_beat = now
+                if self._deferred and time.monotonic() - self._deferred_since > MAX_DEFER:
+                    self._flush()
                 version = self._store.changes()
                 if version != seen:
                     seen = version
