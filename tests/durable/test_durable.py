@@ -452,11 +452,13 @@ def test_under_load_a_runner_group_commits_and_reports_only_durable_outcomes(
         sched.schedule_once(f"t{i:02}", 0, NOOP)
     durable: list[bool] = []
 
+    done = Collector()
+
     def check(outcome: Any) -> None:  # reported only once it is in the store
         durable.append(bool(sched.history(str(outcome.task_id))))
+        done(outcome)
 
-    done = Collector()
-    with Runner(sched, on_outcome=lambda o: (check(o), done(o))):
+    with Runner(sched, on_outcome=check):
         assert done.wait_for(24, timeout=10)
     assert durable == [True] * 24
     assert sum(store.flushes) == 24
