@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,14 +18,28 @@ IN_MEMORY_ONLY = pytest.mark.parametrize("sched", ["memory"], indirect=True)
 database), and it keeps finished tasks until pruned instead of the latest 10,000."""
 
 
-@pytest.fixture(params=["memory", "durable-memory", "durable-sqlite"])
-def sched(request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Any) -> Scheduler:
+@pytest.fixture(params=["memory", "durable-memory", "durable-sqlite", "durable-postgres"])
+def sched(
+    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Any
+) -> Iterator[Scheduler]:
     """The contract holds for the in-memory scheduler and for the durable path
-    (a MemoryStore, and a real SQLite file), each on the manual clock."""
+    (a MemoryStore, a real SQLite file, a real PostgreSQL server), each on the
+    manual clock."""
     if request.param == "memory":
-        return Scheduler(clock=clock)
-    store = MemoryStore() if request.param == "durable-memory" else SQLiteStore(tmp_path / "db")
-    return AutoRegistering(store, clock=clock)
+        yield Scheduler(clock=clock)
+        return
+    store: Any
+    if request.param == "durable-memory":
+        store = MemoryStore()
+    elif request.param == "durable-sqlite":
+        store = SQLiteStore(tmp_path / "db")
+    else:
+        from cadence.store import PostgresStore
+
+        dsn = request.getfixturevalue("pg_dsn")
+        store = PostgresStore(dsn, prefix=request.getfixturevalue("pg_prefix"), clock="caller")
+    yield AutoRegistering(store, clock=clock)
+    store.close()
 
 
 # -- Time ----------------------------------------------------------------------

@@ -2,27 +2,43 @@
 
 * :class:`SQLiteStore`: the embedded default, one file, no server (standard
   library); several processes on one host may share it.
+* :class:`PostgresStore`: one schedule shared by processes on many hosts
+  (extra ``cadence[postgres]``: psycopg 3; imported on first use).
 * :class:`MemoryStore`: the same protocol in memory (simulations, tests,
   ``memory:``).
 
 :func:`open_store` turns a store URL (``sqlite:///relative.db``,
-``sqlite:////absolute.db``, ``memory:``) into an opened store. The protocol
+``sqlite:////absolute.db``, ``postgresql://user@host:port/db``, ``memory:``)
+into an opened store. The protocol
 a store implements is :class:`Store`; its rows are :class:`TaskRow` and
 :class:`OutcomeRow`.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._base import Change, Edit, Known, OutcomeRow, Store, TaskRow
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore, StoreError
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresStore
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresStore":  # needs psycopg: imported only when asked for
+        return importlib.import_module("._postgres", __name__).PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_store(url: str) -> Store:
     """Open (creating or migrating the schema) the store a URL names.
 
     ``sqlite:///path.db`` (relative to the working directory),
-    ``sqlite:////abs/path.db`` or ``memory:``. Raises ``TypeError`` for a
+    ``sqlite:////abs/path.db``, ``postgresql://...`` (or ``postgres://``; extra
+    ``cadence[postgres]``) or ``memory:``. Raises ``TypeError`` for a
     non-str and :class:`StoreError` for a URL of no known kind (or what the
     store's ``open`` raises).
     """
@@ -33,10 +49,16 @@ def open_store(url: str) -> Store:
         store = MemoryStore()
     elif url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
         store = SQLiteStore(url[len("sqlite:///") :])
+    elif url.startswith(("postgresql://", "postgres://")):
+        try:
+            from ._postgres import PostgresStore
+        except ImportError as exc:
+            raise StoreError(f"store URL {url!r}: {exc}") from None
+        store = PostgresStore(url)
     else:
         raise StoreError(
             f"store URL {url!r} is not one of sqlite:///relative/path.db, "
-            "sqlite:////absolute/path.db, memory:"
+            "sqlite:////absolute/path.db, postgresql://user@host:port/dbname, memory:"
         )
     store.open()
     return store
@@ -48,6 +70,7 @@ __all__ = [
     "Known",
     "MemoryStore",
     "OutcomeRow",
+    "PostgresStore",
     "SQLiteStore",
     "Store",
     "StoreError",

@@ -1,0 +1,551 @@
+"""PostgresStore: one schedule shared by processes on many hosts (extra ``cadence[postgres]``).
+
+The same protocol as :class:`~cadence.store.SQLiteStore`, on PostgreSQL with
+psycopg 3: claims lease due rows with ``FOR UPDATE SKIP LOCKED`` in
+``MATERIALIZED`` CTEs (so concurrent nodes never block on, or take, each
+other's rows), every write is fenced, and time is the database's: a node
+measures its clock's offset from the server when it connects, and leases,
+due times and completions are on the server's clock, so a node whose clock
+is off only wakes at the wrong moments.
+
+Times are ``numeric`` columns written from the exact text of each number, so
+an int stays an int and a float reads back as the very float written. A
+completion whose commit outcome is unknown (the connection dropped during
+``COMMIT``) is resolved by looking for its outcome row, which exists iff the
+commit happened. Writes that make something due soon ``NOTIFY`` the other
+nodes (``LISTEN`` on a connection of its own), so they wake at once; polling
+remains the safety net.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import Any, TypeVar
+
+try:
+    import psycopg
+    from psycopg import errors
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "cadence.store.PostgresStore needs the postgres extra: pip install 'cadence[postgres]'"
+    ) from exc
+
+from cadence._types import Time
+
+from ._base import Change, Edit, Known, OutcomeRow, TaskRow
+from ._sqlite import StoreError
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+RETRIES = 5
+"""Attempts of one transaction that hit a unique violation or a lost connection."""
+SOON = 1.0
+"""A write whose new due time is within this many seconds notifies the other nodes."""
+
+_COLUMNS = (
+    "task_id, action, spec, state, status, paused, due, priority, seq, fence, owner, "
+    "lease_until, expiries, version"
+)
+_OUTCOME_COLUMNS = (
+    "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner, value"
+)
+
+
+def _migrations(p: str) -> list[list[str]]:
+    return [
+        [
+            f"""CREATE TABLE {p}tasks (
+                task_id     text PRIMARY KEY,
+                action      text NOT NULL,
+                spec        text NOT NULL,
+                state       text NOT NULL,
+                status      text NOT NULL,
+                paused      boolean NOT NULL DEFAULT false,
+                due         numeric,
+                priority    bigint NOT NULL DEFAULT 0,
+                seq         bigint NOT NULL,
+                fence       bigint NOT NULL DEFAULT 0,
+                owner       text,
+                lease_until numeric,
+                expiries    integer NOT NULL DEFAULT 0,
+                version     bigint NOT NULL DEFAULT 0
+            )""",
+            f"CREATE INDEX {p}due ON {p}tasks (due, priority, seq) "
+            "WHERE status = 'scheduled' AND NOT paused",
+            f"CREATE INDEX {p}owner ON {p}tasks (owner) WHERE owner IS NOT NULL",
+            f"""CREATE TABLE {p}outcomes (
+                task_id  text NOT NULL,
+                slot     numeric NOT NULL,
+                attempt  integer NOT NULL,
+                fence    bigint NOT NULL,
+                at       numeric NOT NULL,
+                result   text NOT NULL,
+                error    text,
+                started  numeric,
+                finished numeric NOT NULL,
+                skipped  integer NOT NULL DEFAULT 0,
+                owner    text,
+                value    text,
+                PRIMARY KEY (task_id, slot, attempt, fence)
+            )""",
+            f"CREATE SEQUENCE {p}seq",
+        ],
+    ]
+
+
+def _num(value: Time | None) -> Decimal | int | None:
+    """A time as written: its exact text as a numeric (ints stay ints)."""
+    if value is None or isinstance(value, int):
+        return value
+    return Decimal(repr(value))
+
+
+def _time(value: Any) -> Any:
+    """A numeric read back: an int if it was written as one, else the very float."""
+    if isinstance(value, Decimal):
+        return int(value) if value.as_tuple().exponent == 0 else float(value)
+    return value
+
+
+class PostgresStore:
+    """A :class:`~cadence.store.Store` on PostgreSQL (psycopg 3).
+
+    ``conninfo`` is a libpq connection string or URL. ``prefix`` names the
+    tables (several schedules can share one database). ``clock`` is
+    ``"database"`` (default: the server's time, see the module docstring)
+    or ``"caller"`` (the scheduler's own clock: for tests with a
+    :class:`~cadence.ManualClock`).
+
+    Thread-safe: each thread gets its own connection, reopened (with
+    backoff) when lost. Costs: one transaction per write, one round trip
+    per statement; claims read only the earliest due rows, through an index.
+    """
+
+    def __init__(
+        self, conninfo: str, *, prefix: str = "cadence_", clock: str = "database"
+    ) -> None:
+        if not isinstance(conninfo, str):
+            raise TypeError(f"conninfo must be a str, got {conninfo!r}")
+        if not isinstance(prefix, str) or not prefix.replace("_", "a").isalnum():
+            raise ValueError(f"prefix must be letters, digits and underscores, got {prefix!r}")
+        if clock not in ("database", "caller"):
+            raise ValueError(f"clock must be 'database' or 'caller', got {clock!r}")
+        self.conninfo = conninfo
+        self._p = prefix
+        self._clock = clock
+        self._offset = 0.0
+        self._local = threading.local()
+        self._all: list[psycopg.Connection[Any]] = []
+        self._all_lock = threading.Lock()
+        self._listener: psycopg.Connection[Any] | None = None
+        self._notified = 0
+        self._channel = f"{prefix}due"
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._safe_url()!r}, prefix={self._p!r})"
+
+    def _safe_url(self) -> str:
+        return " ".join(part for part in self.conninfo.split() if not part.startswith("password"))
+
+    # -- connections -----------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        delay = 0.05
+        for attempt in range(RETRIES + 1):
+            try:
+                db = psycopg.connect(self.conninfo, autocommit=True)
+                break
+            except psycopg.OperationalError:
+                if attempt == RETRIES:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        with self._all_lock:
+            self._all.append(db)
+        return db
+
+    def _db(self) -> psycopg.Connection[Any]:
+        db: psycopg.Connection[Any] | None = getattr(self._local, "db", None)
+        if db is None or db.closed or db.broken:
+            db = self._local.db = self._connect()
+            if self._clock == "database":
+                self._measure_offset(db)
+        return db
+
+    def _measure_offset(self, db: psycopg.Connection[Any]) -> None:
+        """The server's clock minus ours, at the middle of a round trip."""
+        before = time.time()
+        row = db.execute("SELECT extract(epoch from clock_timestamp())").fetchone()
+        after = time.time()
+        assert row is not None
+        self._offset = float(row[0]) - (before + after) / 2
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        db = self._db()
+        with db.transaction():
+            yield db
+
+    def _retrying(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``work`` in a transaction; again after a unique violation or a lost link."""
+        for attempt in range(RETRIES + 1):
+            try:
+                with self._transaction() as db:
+                    return work(db)
+            except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
+                if attempt == RETRIES:
+                    raise
+            except psycopg.OperationalError:
+                self._local.db = None
+                if attempt == RETRIES:
+                    raise
+                time.sleep(min(0.05 * 2**attempt, 2.0))
+        raise AssertionError("unreachable")
+
+    def open(self) -> None:
+        """Create the schema, or migrate an older one forward (under an advisory lock)."""
+        p = self._p
+        steps = _migrations(p)
+
+        def migrate(db: psycopg.Connection[Any]) -> None:
+            db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{p}schema",))
+            db.execute(f"CREATE TABLE IF NOT EXISTS {p}meta (key text PRIMARY KEY, value text)")
+            found = db.execute(
+                f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
+            ).fetchone()
+            version = 0 if found is None else int(found[0])
+            if version > len(steps):
+                raise StoreError(
+                    f"{self}: schema version {version} is newer than this cadence "
+                    f"(version {len(steps)}); upgrade cadence. Nothing was changed."
+                )
+            for step in steps[version:]:
+                for statement in step:
+                    db.execute(statement)
+            db.execute(
+                f"INSERT INTO {p}meta VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(len(steps)),),
+            )
+
+        self._retrying(migrate)
+
+    def close(self) -> None:
+        """Close every connection this store opened (they are reopened on next use)."""
+        with self._all_lock:
+            dbs, self._all = self._all, []
+        for db in dbs:
+            db.close()
+        self._local = threading.local()
+        self._listener = None
+
+    def now(self) -> Time | None:
+        """The server's time (our clock plus the measured offset), or ``None`` with
+        ``clock="caller"``."""
+        if self._clock == "caller":
+            return None
+        self._db()  # measures the offset on first use
+        return time.time() + self._offset
+
+    # -- writes ----------------------------------------------------------
+
+    def modify(
+        self,
+        task_id: str,
+        change: Callable[[TaskRow | None], Change[T]],
+        *,
+        fence: int | None = None,
+    ) -> Change[T] | None:
+        """See :meth:`cadence.store.Store.modify`."""
+        return self.modify_many([Edit(task_id, change, fence)])[0]
+
+    def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
+        """See :meth:`cadence.store.Store.modify_many`.
+
+        A commit whose outcome is unknown (the connection dropped during it)
+        is resolved through the outcomes' key: if the first edit's outcome row
+        exists, the transaction committed.
+        """
+        for attempt in range(RETRIES + 1):
+            try:
+                with self._transaction() as db:
+                    return [self._edit(db, edit) for edit in edits]
+            except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
+                if attempt == RETRIES:
+                    raise
+            except psycopg.OperationalError:
+                self._local.db = None
+                committed = self._committed(edits)
+                if committed is not None:
+                    return committed
+                if attempt == RETRIES:
+                    raise
+                time.sleep(min(0.05 * 2**attempt, 2.0))
+        raise AssertionError("unreachable")
+
+    def _committed(self, edits: Sequence[Edit]) -> list[Change[Any] | None] | None:
+        """After a lost connection: the results, if the transaction had committed."""
+        recorded = [e.expect[1] for e in edits if e.expect is not None and e.expect[1].outcome]
+        if not recorded:
+            return None
+        outcome = recorded[0].outcome
+        assert outcome is not None
+        try:
+            found = (
+                self._db()
+                .execute(
+                    f"SELECT 1 FROM {self._p}outcomes WHERE task_id = %s AND slot = %s "
+                    "AND attempt = %s AND fence = %s",
+                    (outcome.task_id, _num(outcome.slot), outcome.attempt, outcome.fence),
+                )
+                .fetchone()
+            )
+        except psycopg.OperationalError:
+            self._local.db = None
+            return None
+        if found is None:
+            return None
+        return [e.expect[1] if e.expect is not None else None for e in edits]
+
+    def _edit(self, db: psycopg.Connection[Any], edit: Edit) -> Change[Any] | None:
+        p = self._p
+        task_id, change, fence, expect = edit
+        if expect is not None:
+            version, decided = expect
+            new = decided.row
+            assert new is not None
+            new.version = version + 1
+            self._seq(db, decided)
+            cursor = db.execute(
+                _update(p, " AND fence = %s AND version = %s"),
+                (*_values(new)[1:], task_id, fence, version),
+            )
+            if cursor.rowcount == 1:
+                self._record(db, decided)
+                return decided
+        found = db.execute(
+            f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = %s FOR UPDATE", (task_id,)
+        ).fetchone()
+        row = None if found is None else _row(found)
+        if fence is not None and (row is None or row.fence != fence):
+            return None
+        decided = change(row)
+        new = decided.row
+        if new is not None:
+            new.version = 0 if row is None else row.version + 1
+            self._seq(db, decided)
+            values = _values(new)
+            if row is None:
+                marks = ",".join(["%s"] * len(values))
+                db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
+            else:
+                db.execute(_update(p, ""), (*values[1:], task_id))
+        self._record(db, decided)
+        return decided
+
+    def _seq(self, db: psycopg.Connection[Any], decided: Change[Any]) -> None:
+        new = decided.row
+        if new is not None and (decided.requeued or new.seq == 0):
+            found = db.execute(f"SELECT nextval('{self._p}seq')").fetchone()
+            assert found is not None
+            new.seq = found[0]
+        if new is not None and new.status == "scheduled" and not new.paused:
+            now = self.now() or time.time()
+            if new.due is not None and new.due <= now + SOON:  # wake the others at once
+                db.execute("SELECT pg_notify(%s, '')", (self._channel,))
+
+    def _record(self, db: psycopg.Connection[Any], decided: Change[Any]) -> None:
+        o = decided.outcome
+        if o is not None:
+            marks = ",".join(["%s"] * len(o))
+            db.execute(
+                f"INSERT INTO {self._p}outcomes ({_OUTCOME_COLUMNS}) VALUES ({marks})",
+                (o.task_id, _num(o.slot), o.attempt, o.fence, _num(o.at), o.result, o.error,
+                 _num(o.started), _num(o.finished), o.skipped, o.owner, o.value),
+            )  # fmt: skip
+
+    def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
+        """See :meth:`cadence.store.Store.claim`: ``SKIP LOCKED``, never waits on other nodes."""
+        p = self._p
+        where, params = _known(known)
+        until = _num(now + lease)
+
+        def work(db: psycopg.Connection[Any]) -> list[TaskRow]:
+            due = db.execute(
+                f"WITH due_runs AS MATERIALIZED (SELECT task_id FROM {p}tasks "
+                f"WHERE status = 'scheduled' AND NOT paused AND due <= %s AND {where} "
+                "ORDER BY due, priority, seq LIMIT %s FOR UPDATE SKIP LOCKED) "
+                f"UPDATE {p}tasks t SET status = 'running', owner = %s, lease_until = %s, "
+                f"fence = t.fence + 1 FROM due_runs WHERE t.task_id = due_runs.task_id "
+                f"RETURNING {_returning()}",
+                (_num(now), *params, limit, node, until),
+            ).fetchall()
+            rows = sorted((_row(r) for r in due), key=lambda r: (r.due, r.priority, r.seq))
+            if len(rows) < limit:
+                expired = db.execute(
+                    f"WITH expired AS MATERIALIZED (SELECT task_id FROM {p}tasks "
+                    f"WHERE owner IS NOT NULL AND status IN ('queued', 'running') "
+                    f"AND lease_until < %s AND {where} ORDER BY lease_until LIMIT %s "
+                    f"FOR UPDATE SKIP LOCKED) UPDATE {p}tasks t SET owner = %s, "
+                    "lease_until = %s, fence = t.fence + 1, expiries = t.expiries + 1 "
+                    f"FROM expired WHERE t.task_id = expired.task_id RETURNING {_returning()}",
+                    (_num(now), *params, limit - len(rows), node, until),
+                ).fetchall()
+                for found in expired:
+                    row = _row(found)
+                    row.reclaimed = True
+                    rows.append(row)
+            return rows
+
+        return self._retrying(work)
+
+    def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
+        """See :meth:`cadence.store.Store.heartbeat`: all of a node's leases in one statement."""
+        p = self._p
+
+        def work(db: psycopg.Connection[Any]) -> dict[str, tuple[int, str]]:
+            db.execute(
+                f"UPDATE {p}tasks SET lease_until = %s WHERE owner = %s "
+                "AND status IN ('queued', 'running')",
+                (_num(now + lease), node),
+            )
+            held = db.execute(
+                f"SELECT task_id, fence, status FROM {p}tasks WHERE owner = %s", (node,)
+            ).fetchall()
+            return {task_id: (fence, status) for task_id, fence, status in held}
+
+        return self._retrying(work)
+
+    # -- reads -----------------------------------------------------------
+
+    def next_due(self, node: str, known: Known) -> Time | None:
+        """See :meth:`cadence.store.Store.next_due`."""
+        p = self._p
+        where, params = _known(known)
+
+        def work(db: psycopg.Connection[Any]) -> Time | None:
+            due = db.execute(
+                f"SELECT due FROM {p}tasks WHERE status = 'scheduled' AND NOT paused "
+                f"AND {where} ORDER BY due, priority, seq LIMIT 1",
+                params,
+            ).fetchone()
+            lease = db.execute(
+                f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL AND owner != %s "
+                f"AND status IN ('queued', 'running') AND {where} ORDER BY lease_until LIMIT 1",
+                (node, *params),
+            ).fetchone()
+            times = [_time(found[0]) for found in (due, lease) if found is not None]
+            return min(times, default=None)
+
+        return self._retrying(work)
+
+    def get(self, task_id: str) -> TaskRow | None:
+        """See :meth:`cadence.store.Store.get`."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM {self._p}tasks WHERE task_id = %s", (task_id,)
+            ).fetchone()
+        )
+        return None if found is None else _row(found)
+
+    def actions(self) -> set[str]:
+        """See :meth:`cadence.store.Store.actions`."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT DISTINCT action FROM {self._p}tasks "
+                "WHERE status IN ('scheduled', 'queued', 'running')"
+            ).fetchall()
+        )
+        return {action for (action,) in found}
+
+    def rows(self) -> list[TaskRow]:
+        """See :meth:`cadence.store.Store.rows`."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id"
+            ).fetchall()
+        )
+        return [_row(r) for r in found]
+
+    def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
+        """See :meth:`cadence.store.Store.outcomes`."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT {_OUTCOME_COLUMNS} FROM {self._p}outcomes WHERE task_id = %s "
+                "ORDER BY slot DESC, attempt DESC, fence DESC LIMIT %s",
+                (task_id, limit),
+            ).fetchall()
+        )
+        return [
+            OutcomeRow(t, _time(s), a, f, _time(at), r, e, _time(st), _time(fi), sk, o, v)
+            for t, s, a, f, at, r, e, st, fi, sk, o, v in found
+        ]
+
+    def changes(self) -> int:
+        """A count of the other nodes' notifications (``LISTEN``), read without waiting."""
+        try:
+            listener = self._listener
+            if listener is None or listener.closed or listener.broken:
+                listener = self._listener = self._connect()
+                listener.execute(f"LISTEN {self._channel}")
+                self._notified += 1  # (re)connected: notifications may have been missed
+            for _ in listener.notifies(timeout=0):
+                self._notified += 1
+        except psycopg.OperationalError:
+            self._listener = None
+            self._notified += 1
+        return self._notified
+
+
+def _returning() -> str:
+    return ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
+
+
+def _update(p: str, condition: str) -> str:
+    names = [name.strip() for name in _COLUMNS.split(",")][1:]
+    sets = ", ".join(f"{n} = %s" for n in names)
+    return f"UPDATE {p}tasks SET {sets} WHERE task_id = %s{condition}"
+
+
+def _known(known: Known) -> tuple[str, list[Any]]:
+    return (
+        "(action = ANY(%s) OR (strpos(action, ':') > 0 AND NOT action = ANY(%s)))",
+        [list(known.names), list(known.broken)],
+    )
+
+
+def _row(found: Sequence[Any]) -> TaskRow:
+    task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
+    owner, lease_until, expiries, version = found[10:]
+    try:
+        spec_value, state_value = json.loads(spec), json.loads(state)
+    except ValueError as exc:
+        raise StoreError(
+            f"task {task_id!r}: its stored spec or state is not valid JSON ({exc}); "
+            "the row is left as it is"
+        ) from None
+    return TaskRow(
+        task_id, action, spec_value, state_value, status, bool(paused), _time(due), priority,
+        seq, fence, owner, _time(lease_until), expiries, version, spec_text=(spec_value, spec),
+    )  # fmt: skip
+
+
+def _values(row: TaskRow) -> tuple[Any, ...]:
+    raw = row.spec_text
+    spec = (
+        raw[1] if raw is not None and raw[0] is row.spec else json.dumps(row.spec, allow_nan=False)
+    )
+    return (
+        row.task_id, row.action, spec, json.dumps(row.state, allow_nan=False), row.status,
+        row.paused, _num(row.due), row.priority, row.seq, row.fence, row.owner,
+        _num(row.lease_until), row.expiries, row.version,
+    )  # fmt: skip
+
+
+__all__ = ["PostgresStore"]

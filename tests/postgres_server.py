@@ -1,0 +1,130 @@
+"""Run a command beside a throwaway PostgreSQL server on loopback.
+
+``python tests/postgres_server.py -- COMMAND...`` (what ``make test`` does):
+
+1. finds PostgreSQL's server binaries (``/usr/lib/postgresql/*/bin``); when
+   they are missing and this runs as root with ``apt-get`` (a fresh CI
+   machine), installs Debian's ``postgresql`` package first;
+2. ``initdb`` into a temporary directory, as a non-root user (``postgres``,
+   which the package creates), and starts the server on 127.0.0.1 at a free
+   port, with its socket in that directory;
+3. runs COMMAND with ``CADENCE_PG_DSN`` set to the server, and returns its
+   exit status;
+4. stops the server (``pg_ctl stop -m fast``) and removes the directory,
+   whatever happened.
+
+When no server can be had (not root, no binaries), COMMAND runs without
+``CADENCE_PG_DSN``: the PostgreSQL tests then skip, saying how to run them;
+in CI (``CI`` set) they fail instead (``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def binaries() -> Path | None:
+    """The newest installed PostgreSQL ``bin`` directory, installing it if need be."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version)
+    if not found and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        print("postgres_server: installing Debian's postgresql package", file=sys.stderr)
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "postgresql"],
+            check=True,
+            env=env,
+        )
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version)
+    return Path(found[-1]).parent if found else None
+
+
+def _version(path: str) -> int:
+    return int(Path(path).parts[4]) if Path(path).parts[4].isdigit() else 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A PostgreSQL cluster in a temporary directory, run as a non-root user."""
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        self.dir = Path(tempfile.mkdtemp(prefix="cadence-pg-"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self.user = "postgres" if os.geteuid() == 0 else None
+        if self.user is not None:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        self.dsn = f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+
+    def _run(self, *argv: str) -> None:
+        command = [str(self.bindir / argv[0]), *argv[1:]]
+        if self.user is not None:
+            command = ["runuser", "-u", self.user, "--", *command]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
+                  "--no-sync", "-E", "UTF8")  # fmt: skip
+        options = (
+            f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+            f"-c unix_socket_directories={self.dir} -c fsync=off -c max_connections=200"
+        )
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
+                  str(self.dir / "server.log"), "-w", "start")  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("PostgreSQL did not start")
+
+    def stop(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print("usage: postgres_server.py -- COMMAND...", file=sys.stderr)
+        return 2
+    command = argv[argv.index("--") + 1 :]
+    env = dict(os.environ)
+    if "CADENCE_PG_DSN" in env:  # a server given from outside: use it
+        return subprocess.call(command, env=env)
+    bindir = binaries()
+    if bindir is None:
+        print("postgres_server: no PostgreSQL here; its tests will skip", file=sys.stderr)
+        return subprocess.call(command, env=env)
+    server = Server(bindir)
+    server.start()
+    try:
+        env["CADENCE_PG_DSN"] = server.dsn
+        env["CADENCE_PG_BIN"] = str(bindir)
+        env["CADENCE_PG_DATA"] = str(server.data)
+        return subprocess.call(command, env=env)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
