@@ -28,8 +28,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src tests examples bench
 
+# PostgreSQL tests need a server: tests/postgres_server.py installs PostgreSQL
+# when missing (as root, from Debian), starts a throwaway one on loopback for the
+# run, and stops it after.
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python tests/postgres_server.py -- $(BIN)/python -m pytest -q
 
 test: lint typecheck unit
 

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import sqlite3
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,21 @@ from tests.helpers import Collector, rows
 NOOP = "tests.durable.jobs:noop"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    return MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "s.db")
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """The same store protocol in memory, in a SQLite file, on a PostgreSQL server."""
+    made: Store
+    if request.param == "memory":
+        made = MemoryStore()
+    elif request.param == "sqlite":
+        made = SQLiteStore(tmp_path / "s.db")
+    else:
+        from cadence.store import PostgresStore
+
+        dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
+        made = PostgresStore(dsn, prefix=prefix, clock="caller")
+    yield made
+    made.close()
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """A worker process for the durable fault tests: a Runner on a SQLite file.
 
 ``python -m tests.durable.worker DB`` runs due tasks until SIGTERM (or for
-$RUN_FOR seconds). $LEASE sets the lease (seconds); $KILL_AT makes the
+$RUN_FOR seconds); DB is a SQLite file, or ``pg:PREFIX`` for the tables with
+that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
+(seconds) sets the node's clock that far off. $LEASE sets the lease (seconds); $KILL_AT makes the
 process SIGKILL itself at one step of its first run: ``claimed`` (just after
 the claim committed), ``completing`` (after the action, before the
 completion's transaction) or ``committing`` (inside that transaction, before
@@ -56,8 +58,22 @@ class KillingStore(SQLiteStore):
 
 
 def main() -> None:
-    store = KillingStore(sys.argv[1], os.environ.get("KILL_AT", ""))
-    sched = DurableScheduler(store, lease=float(os.environ.get("LEASE", "1")), poll=0.05, batch=1)
+    target = sys.argv[1]
+    store: Any
+    if target.startswith("pg:"):  # PostgreSQL ($CADENCE_PG_DSN), tables with this prefix
+        from cadence.store import PostgresStore
+
+        store = PostgresStore(os.environ["CADENCE_PG_DSN"], prefix=target[3:])
+    else:
+        store = KillingStore(target, os.environ.get("KILL_AT", ""))
+    offset = float(os.environ.get("CLOCK_OFFSET", "0"))  # a node whose clock is off
+    sched = DurableScheduler(
+        store,
+        clock=lambda: time.time() + offset,
+        lease=float(os.environ.get("LEASE", "1")),
+        poll=0.05,
+        batch=1,
+    )
     run_for = float(os.environ.get("RUN_FOR", "0"))
     runner = Runner(sched)
     if run_for:
