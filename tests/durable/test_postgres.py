@@ -94,7 +94,7 @@ class Nodes:
 
         with psycopg.connect(self.dsn) as db:
             rows = db.execute(
-                f"SELECT task_id, slot, attempt FROM {self.prefix}outcomes"  # type: ignore[arg-type]
+                f"SELECT task_id, slot, attempt FROM {self.prefix}outcomes"
             ).fetchall()
         return Counter(tuple(r) for r in rows)
 
