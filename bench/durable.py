@@ -143,6 +143,103 @@ def floor_drain(directory: str, sync: str, per_row: bool) -> float:
     return N / elapsed
 
 
+PG = os.environ.get("CADENCE_PG_DSN")
+"""A PostgreSQL server to measure on too (``make bench`` runs this under
+``tests/postgres_server.py``, which starts one)."""
+
+
+def pg_floor_drain(per_row: bool) -> float:
+    """Runs/s of the raw-SQL cycle on PostgreSQL (SKIP LOCKED claim of 32)."""
+    import psycopg
+
+    assert PG is not None
+    with psycopg.connect(PG, autocommit=True) as c:
+        c.execute("DROP TABLE IF EXISTS floor_runs")
+        c.execute(
+            "CREATE TABLE floor_runs (id bigint PRIMARY KEY, due bigint NOT NULL, prio int NOT "
+            "NULL DEFAULT 0, seq bigint NOT NULL, state smallint NOT NULL DEFAULT 0, owner text, "
+            "lease_until bigint, fence bigint NOT NULL DEFAULT 0)"
+        )
+        c.execute("CREATE INDEX floor_due ON floor_runs (due, prio, seq) WHERE state = 0")
+        with c.cursor() as cur, cur.copy("COPY floor_runs (id, due, seq) FROM STDIN") as cp:
+            for i in range(N):
+                cp.write_row((i, 0, i))
+        c.execute("VACUUM ANALYZE floor_runs")
+        done = 0
+        start = time.perf_counter()
+        while True:
+            with c.transaction():
+                rows = c.execute(
+                    "WITH cand AS MATERIALIZED (SELECT id FROM floor_runs WHERE state = 0 AND "
+                    "due <= 1 ORDER BY due, prio, seq LIMIT 32 FOR UPDATE SKIP LOCKED) "
+                    "UPDATE floor_runs r SET state = 1, owner = 'w', lease_until = 31, "
+                    "fence = r.fence + 1 FROM cand WHERE r.id = cand.id "
+                    "RETURNING r.id, r.due, r.fence"
+                ).fetchall()
+            if not rows:
+                break
+            batch = c.transaction() if not per_row else None
+            if batch is not None:
+                batch.__enter__()
+            for rid, due, fence in rows:
+                if per_row:
+                    with c.transaction():
+                        done += c.execute(
+                            "UPDATE floor_runs SET state = 0, due = %s, owner = NULL, "
+                            "lease_until = NULL WHERE id = %s AND fence = %s AND state = 1",
+                            (due + FAR, rid, fence),
+                        ).rowcount
+                else:
+                    done += c.execute(
+                        "UPDATE floor_runs SET state = 0, due = %s, owner = NULL, "
+                        "lease_until = NULL WHERE id = %s AND fence = %s AND state = 1",
+                        (due + FAR, rid, fence),
+                    ).rowcount
+            if batch is not None:
+                batch.__exit__(None, None, None)
+        elapsed = time.perf_counter() - start
+        c.execute("DROP TABLE floor_runs")
+    assert done == N
+    return N / elapsed
+
+
+def cadence_pg_drain(group: bool) -> float:
+    """Runs/s of a Runner draining N due tasks from a PostgresStore."""
+    import uuid
+
+    from cadence.store import PostgresStore
+
+    assert PG is not None
+    prefix = f"bench{uuid.uuid4().hex[:8]}_"
+    setup = DurableScheduler(PostgresStore(PG, prefix=prefix))
+    for i in range(N):
+        setup.schedule(f"t{i:07}", FixedRate(FAR, start=0), NOOP)
+    setup.store.close()
+    store = PostgresStore(PG, prefix=prefix)
+    sched = DurableScheduler(store, batch=32, group_commit=group)
+    done = threading.Event()
+    count = [0]
+
+    def counted(outcome: object) -> None:
+        count[0] += 1
+        if count[0] == N:
+            done.set()
+
+    start = time.perf_counter()
+    with Runner(sched, on_outcome=counted):
+        done.wait(600)
+    elapsed = time.perf_counter() - start
+    assert count[0] == N, count
+    store.close()
+    import psycopg
+
+    with psycopg.connect(PG, autocommit=True) as c:
+        for table in ("tasks", "outcomes", "meta"):
+            c.execute(f"DROP TABLE {prefix}{table}")
+        c.execute(f"DROP SEQUENCE {prefix}seq")
+    return N / elapsed
+
+
 def apscheduler_drain(directory: str, sync: str) -> float | None:
     """Runs/s of APScheduler 3 (BackgroundScheduler, SQLAlchemyJobStore on SQLite)."""
     try:
@@ -307,6 +404,19 @@ def main() -> None:
                     if value is not None:
                         throughput.setdefault(f"{name} | {sync}", []).append(value)
                         print(f"{name} {sync}: {value:,.0f} runs/s", file=sys.stderr)
+        if PG:
+            for _ in range(ROUNDS):
+                pg_runs: list[tuple[str, Callable[[str], float | None]]] = [
+                    ("floor, commit per run", lambda _: pg_floor_drain(True)),
+                    ("floor, commit per 32", lambda _: pg_floor_drain(False)),
+                    ("cadence, commit per run", lambda _: cadence_pg_drain(False)),
+                    ("cadence, group commit", lambda _: cadence_pg_drain(True)),
+                ]
+                for name, run in pg_runs:
+                    value = run("PostgreSQL")
+                    assert value is not None
+                    throughput.setdefault(f"{name} | PostgreSQL", []).append(value)
+                    print(f"{name} PostgreSQL: {value:,.0f} runs/s", file=sys.stderr)
         results["throughput"] = throughput
         gaps = failover(directory)
         results["failover"] = gaps
@@ -328,15 +438,16 @@ def write(results: dict[str, Any]) -> None:
         f"{platform.platform()}, CPython {platform.python_version()}, "
         f"SQLite {sqlite3.sqlite_version}",
         "",
-        "| what | synchronous | runs/s (best) | median | x floor per run | x cadence per run |",
+        "| what | store | runs/s (best) | median | x floor per run | x cadence per run |",
         "|---|---|---|---|---|---|",
     ]
     for key, values in results["throughput"].items():
         name, sync = key.split(" | ")
+        sync_shown = f"SQLite {sync}" if sync != "PostgreSQL" else sync
         floor = best[f"floor, commit per run | {sync}"]
         mine = best[f"cadence, commit per run | {sync}"]
         lines.append(
-            f"| {name} | {sync} | {max(values):,.0f} | {statistics.median(values):,.0f} | "
+            f"| {name} | {sync_shown} | {max(values):,.0f} | {statistics.median(values):,.0f} | "
             f"{max(values) / floor:.2f} | {max(values) / mine:.2f} |"
         )
     gaps = sorted(results["failover"])
