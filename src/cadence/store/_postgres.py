@@ -316,18 +316,23 @@ class PostgresStore:
     def _edit(self, db: psycopg.Connection[Any], edit: Edit) -> Change[Any] | None:
         p = self._p
         task_id, change, fence, expect = edit
-        if expect is not None:
+        if expect is not None and expect[1].outcome is not None:
+            # One round trip: the conditional UPDATE and the outcome's INSERT in one
+            # statement; nothing is inserted unless the row was still at that version.
             version, decided = expect
-            new = decided.row
+            new, outcome = decided.row, decided.outcome
             assert new is not None
+            assert outcome is not None
             new.version = version + 1
-            self._seq(db, decided)
-            cursor = db.execute(
-                _update(p, " AND fence = %s AND version = %s"),
-                (*_values(new)[1:], task_id, fence, version),
-            )
-            if cursor.rowcount == 1:
-                self._record(db, decided)
+            values = _values(new)
+            found = db.execute(
+                _expected(p),
+                (*values[1:8], decided.requeued, *values[9:], task_id, fence, version,
+                 *_outcome_values(outcome)),
+            ).fetchone()  # fmt: skip
+            if found is not None:
+                new.seq = found[0]
+                self._notify(db, new)
                 return decided
         found = db.execute(
             f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = %s FOR UPDATE", (task_id,)
@@ -355,9 +360,14 @@ class PostgresStore:
             found = db.execute(f"SELECT nextval('{self._p}seq')").fetchone()
             assert found is not None
             new.seq = found[0]
-        if new is not None and new.status == "scheduled" and not new.paused:
+        if new is not None:
+            self._notify(db, new)
+
+    def _notify(self, db: psycopg.Connection[Any], new: TaskRow) -> None:
+        """Wake the other nodes (at commit) if this write makes something due soon."""
+        if new.status == "scheduled" and not new.paused and new.due is not None:
             now = self.now() or time.time()
-            if new.due is not None and new.due <= now + SOON:  # wake the others at once
+            if new.due <= now + SOON:
                 db.execute("SELECT pg_notify(%s, '')", (self._channel,))
 
     def _record(self, db: psycopg.Connection[Any], decided: Change[Any]) -> None:
@@ -366,9 +376,8 @@ class PostgresStore:
             marks = ",".join(["%s"] * len(o))
             db.execute(
                 f"INSERT INTO {self._p}outcomes ({_OUTCOME_COLUMNS}) VALUES ({marks})",
-                (o.task_id, _num(o.slot), o.attempt, o.fence, _num(o.at), o.result, o.error,
-                 _num(o.started), _num(o.finished), o.skipped, o.owner, o.value),
-            )  # fmt: skip
+                _outcome_values(o),
+            )
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.claim`: ``SKIP LOCKED``, never waits on other nodes."""
@@ -501,6 +510,28 @@ class PostgresStore:
             self._listener = None
             self._notified += 1
         return self._notified
+
+
+def _outcome_values(o: OutcomeRow) -> tuple[Any, ...]:
+    return (o.task_id, _num(o.slot), o.attempt, o.fence, _num(o.at), o.result, o.error,
+            _num(o.started), _num(o.finished), o.skipped, o.owner, o.value)  # fmt: skip
+
+
+def _expected(p: str) -> str:
+    """The completion decided in advance: a conditional UPDATE (a new ``seq`` if the run
+    was queued anew) and the outcome's INSERT, which happens only if the UPDATE did."""
+    names = [name.strip() for name in _COLUMNS.split(",")][1:]
+    sets = ", ".join(
+        f"{n} = CASE WHEN %s THEN nextval('{p}seq') ELSE {p}tasks.seq END" if n == "seq"
+        else f"{n} = %s"
+        for n in names
+    )  # fmt: skip
+    marks = ",".join(["%s"] * len(_OUTCOME_COLUMNS.split(",")))
+    return (
+        f"WITH u AS (UPDATE {p}tasks SET {sets} WHERE task_id = %s AND fence = %s "
+        f"AND version = %s RETURNING seq) INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) "
+        f"SELECT {marks} FROM u RETURNING (SELECT seq FROM u)"
+    )
 
 
 def _returning() -> str:
