@@ -204,3 +204,45 @@ def test_call_jobs_and_failures_with_output_in_history(cli: Cli) -> None:
     assert "boom" in human
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
+
+
+def test_the_live_view_shows_jobs_next_runs_and_failures(cli: Cli) -> None:
+    cli.write('[[jobs]]\nid = "ok"\nevery = "0.2s"\ncommand = "true"\n'
+              '[[jobs]]\nid = "bad"\nevery = "0.2s"\ncommand = "echo nope; exit 1"\n')  # fmt: skip
+    env = {**cli.env, "COLUMNS": "120", "FORCE_COLOR": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cadence", "run", str(cli.jobs), "--store", cli.store,
+         "--live", "yes"],
+        cwd=cli.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cli.procs.append(proc)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    for shown in ("job", "next run", "last run", "result", "ok", "bad", "latest failures"):
+        assert shown in err, shown
+
+
+def test_run_and_status_on_postgresql(cli: Cli, pg_dsn: str, pg_prefix: str) -> None:
+    import psycopg
+
+    dbname = pg_prefix.rstrip("_")
+    with psycopg.connect(pg_dsn, autocommit=True) as db:
+        db.execute(f"CREATE DATABASE {dbname}")
+    try:
+        params = dict(part.split("=", 1) for part in pg_dsn.split())
+        cli.store = f"postgresql://{params['user']}@{params['host']}:{params['port']}/{dbname}"
+        cli.write(f'[[jobs]]\nid = "tick"\nevery = "0.3s"\n{RECORD}\n')
+        procs = [cli.start(), cli.start()]
+        cli.wait(lambda: len(cli.lines()) >= 4)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        assert [proc.wait(30) for proc in procs] == [0, 0]
+        keys = [line.split()[3] for line in cli.lines()]
+        assert len(keys) == len(set(keys))
+        [task] = cli.json("status")
+        assert (task["id"], task["status"]) == ("tick", "scheduled")
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as db:
+            db.execute(f"DROP DATABASE {dbname} WITH (FORCE)")
