@@ -65,15 +65,23 @@ def cadence_drain(directory: str, sync: str, workers: int = 0, group: bool = Tru
     several threads share commits).
     """
     path = _fresh(directory, f"cadence-{sync}.db")
-    setup = DurableScheduler(SQLiteStore(path, synchronous="NORMAL"), clock=lambda: 0.0)
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA synchronous=OFF")
-    db.close()
-    for i in range(N):  # due at 0; each runs once
-        setup.schedule(f"t{i:07}", FixedRate(FAR, start=0), NOOP)
-    setup.store.close()
+    _seed(SQLiteStore(path, synchronous="NORMAL"))
     store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
-    sched = DurableScheduler(store, batch=32, group_commit=group)
+    rate = _drain(DurableScheduler(store, batch=32, group_commit=group), workers)
+    store.close()
+    return rate
+
+
+def _seed(store: Any) -> None:
+    """N tasks due now, each to run once (their next slot is centuries away)."""
+    setup = DurableScheduler(store, clock=lambda: 0.0)
+    for i in range(N):
+        setup.schedule(f"t{i:07}", FixedRate(FAR, start=0), NOOP)
+    store.close()
+
+
+def _drain(sched: DurableScheduler, workers: int = 0) -> float:
+    """Runs/s of a Runner (a pool of ``workers`` threads, if any) running N due runs."""
     done = threading.Event()
     count = [0]
 
@@ -90,7 +98,6 @@ def cadence_drain(directory: str, sync: str, workers: int = 0, group: bool = Tru
     if pool is not None:
         pool.shutdown()
     assert count[0] == N, count
-    sched.store.close()
     return N / elapsed
 
 
@@ -211,25 +218,9 @@ def cadence_pg_drain(group: bool) -> float:
 
     assert PG is not None
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
-    setup = DurableScheduler(PostgresStore(PG, prefix=prefix))
-    for i in range(N):
-        setup.schedule(f"t{i:07}", FixedRate(FAR, start=0), NOOP)
-    setup.store.close()
+    _seed(PostgresStore(PG, prefix=prefix))
     store = PostgresStore(PG, prefix=prefix)
-    sched = DurableScheduler(store, batch=32, group_commit=group)
-    done = threading.Event()
-    count = [0]
-
-    def counted(outcome: object) -> None:
-        count[0] += 1
-        if count[0] == N:
-            done.set()
-
-    start = time.perf_counter()
-    with Runner(sched, on_outcome=counted):
-        done.wait(600)
-    elapsed = time.perf_counter() - start
-    assert count[0] == N, count
+    rate = _drain(DurableScheduler(store, batch=32, group_commit=group))
     store.close()
     import psycopg
 
@@ -237,7 +228,7 @@ def cadence_pg_drain(group: bool) -> float:
         for table in ("tasks", "outcomes", "meta"):
             c.execute(f"DROP TABLE {prefix}{table}")
         c.execute(f"DROP SEQUENCE {prefix}seq")
-    return N / elapsed
+    return rate
 
 
 def apscheduler_drain(directory: str, sync: str) -> float | None:

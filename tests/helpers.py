@@ -76,3 +76,13 @@ class AutoRegistering(DurableScheduler):
             self.register(name, action)
             return name, action
         return super()._reference(action)
+
+
+def wait_until(done: Callable[[], object], timeout: float) -> None:
+    """Poll ``done()`` every 50 ms until it is true; fail the test after ``timeout`` s."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"not done after {timeout} s"
+        time.sleep(0.05)

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -56,10 +58,7 @@ class Cli:
         return out.read_text().splitlines() if out.exists() else []
 
     def wait(self, done: Callable[[], bool], timeout: float = 20) -> None:
-        deadline = time.monotonic() + timeout
-        while not done():
-            assert time.monotonic() < deadline, "timed out"
-            time.sleep(0.05)
+        wait_until(done, timeout)
 
 
 @pytest.fixture

@@ -13,112 +13,35 @@ import itertools
 import os
 import random
 import signal
-import sqlite3
 import subprocess
-import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from cadence import DurableScheduler, FixedRate, Status
-
-ROOT = Path(__file__).resolve().parents[2]
-EFFECT = "tests.durable.jobs:effect"
-
-
-class Nodes:
-    """Worker processes on one PostgreSQL schedule, and what they did."""
-
-    def __init__(self, dsn: str, prefix: str, tmp: Path) -> None:
-        from cadence.store import PostgresStore
-
-        self.dsn, self.prefix = dsn, prefix
-        self.store = PostgresStore(dsn, prefix=prefix)
-        self.sched = DurableScheduler(self.store)
-        self.effects = str(tmp / "effects.db")
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.kills = 0
-
-    def spawn(self, **env: str) -> subprocess.Popen[bytes]:
-        full = {**os.environ, "CADENCE_PG_DSN": self.dsn, "EFFECTS_DB": self.effects,
-                "PYTHONPATH": str(ROOT), **env}  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.durable.worker", f"pg:{self.prefix}"],
-            cwd=ROOT, env=full, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        self.procs.append(proc)
-        return proc
-
-    def kill(self, proc: subprocess.Popen[bytes]) -> None:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        self.kills += 1
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-            proc.wait(30)
-        self.store.close()
-
-    def wait_until(self, done: Callable[[], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not done():
-            assert time.monotonic() < deadline, f"not done after {timeout} s"
-            time.sleep(0.05)
-
-    def starts(self) -> Counter[str]:
-        path = self.effects + ".starts"
-        if not os.path.exists(path):
-            return Counter()
-        with open(path) as f:
-            return Counter(line.split()[0] for line in f if line.strip())
-
-    def effect_keys(self) -> set[str]:
-        if not os.path.exists(self.effects):
-            return set()
-        db = sqlite3.connect(self.effects)
-        try:
-            return {key for (key,) in db.execute("SELECT key FROM effects")}
-        finally:
-            db.close()
-
-    def completions(self) -> Counter[tuple[Any, ...]]:
-        import psycopg
-
-        with psycopg.connect(self.dsn) as db:
-            rows = db.execute(
-                f"SELECT task_id, slot, attempt FROM {self.prefix}outcomes"
-            ).fetchall()
-        return Counter(tuple(r) for r in rows)
-
-    def done(self, ids: list[str]) -> bool:
-        return all(self.sched.status(i) is Status.DONE for i in ids)
+from cadence import DurableScheduler, FixedRate
+from tests.durable.cluster import EFFECT, Cluster
+from tests.helpers import wait_until
 
 
 @pytest.fixture
-def nodes(pg_dsn: str, pg_prefix: str, tmp_path: Path) -> Iterator[Nodes]:
-    n = Nodes(pg_dsn, pg_prefix, tmp_path)
+def nodes(pg_dsn: str, pg_prefix: str, tmp_path: Path) -> Iterator[Cluster]:
+    from cadence.store import PostgresStore
+
+    store = PostgresStore(pg_dsn, prefix=pg_prefix)
+    cluster = Cluster(
+        tmp_path, f"pg:{pg_prefix}", DurableScheduler(store), {"CADENCE_PG_DSN": pg_dsn}
+    )
     try:
-        yield n
+        yield cluster
     finally:
-        n.close()
+        cluster.stop_all()
+        store.close()
 
 
-def _check(nodes: Nodes, ids: list[str]) -> None:
-    completions = nodes.completions()
-    assert all(count == 1 for count in completions.values())  # 0 duplicate completions
-    keys = {f"{i}@{nodes.sched.history(i)[0].slot!r}" for i in ids}
-    assert nodes.effect_keys() == keys  # 0 lost
-
-
-def test_sigkill_of_random_nodes_under_load(nodes: Nodes) -> None:
+def test_sigkill_of_random_nodes_under_load(nodes: Cluster) -> None:
     ids = [f"t{i:03}" for i in range(120)]
     for i, task_id in enumerate(ids):
         nodes.sched.schedule_once(task_id, 0.3 + i * 0.02, EFFECT, args=[])
@@ -131,30 +54,30 @@ def test_sigkill_of_random_nodes_under_load(nodes: Nodes) -> None:
         victim = rng.randrange(len(workers))
         nodes.kill(workers[victim])
         workers[victim] = nodes.spawn(**env)
-    nodes.wait_until(lambda: nodes.done(ids), timeout=30)
-    _check(nodes, ids)
+    wait_until(lambda: nodes.done(ids), timeout=30)
+    nodes.check(ids)
     assert sum(n - 1 for n in nodes.starts().values()) <= nodes.kills
 
 
-def test_a_stopped_node_writes_nothing_when_it_wakes(nodes: Nodes) -> None:
+def test_a_stopped_node_writes_nothing_when_it_wakes(nodes: Cluster) -> None:
     nodes.sched.schedule_once("x", 0, EFFECT, args=[])
     sleeper = nodes.spawn(LEASE="0.5", EFFECT_SLEEP="0.5")
-    nodes.wait_until(lambda: bool(nodes.starts()), timeout=10)
+    wait_until(lambda: bool(nodes.starts()), timeout=10)
     sleeper.send_signal(signal.SIGSTOP)  # for three leases
     taker = nodes.spawn(LEASE="0.5")
-    nodes.wait_until(lambda: nodes.done(["x"]), timeout=10)
+    wait_until(lambda: nodes.done(["x"]), timeout=10)
     time.sleep(1.5 - 0.5)
     sleeper.send_signal(signal.SIGCONT)
     time.sleep(1.0)  # it ends its action and tries to complete: fenced off
     [outcome] = nodes.sched.history("x")
     assert outcome.owner is not None
     assert str(taker.pid) in outcome.owner
-    _check(nodes, ["x"])
+    nodes.check(["x"])
 
 
 @pytest.mark.parametrize("offset", [3600, -3600])
 def test_a_node_whose_clock_is_an_hour_off_runs_nothing_early_and_steals_nothing(
-    nodes: Nodes, offset: int
+    nodes: Cluster, offset: int
 ) -> None:
     """Leases and due times are the server's: the skewed node's clock only changes
     when it wakes up."""
@@ -174,7 +97,7 @@ def test_a_node_whose_clock_is_an_hour_off_runs_nothing_early_and_steals_nothing
     assert sum(nodes.starts().values()) == len(nodes.completions())  # no stolen lease
 
 
-def test_an_immediate_server_restart_under_load_loses_nothing(nodes: Nodes) -> None:
+def test_an_immediate_server_restart_under_load_loses_nothing(nodes: Cluster) -> None:
     """``pg_ctl restart -m immediate`` (a server crash) while two nodes run: they
     reconnect with backoff; a commit whose outcome was unknown is resolved."""
     bindir, data = os.environ.get("CADENCE_PG_BIN"), os.environ.get("CADENCE_PG_DATA")
@@ -191,16 +114,16 @@ def test_an_immediate_server_restart_under_load_loses_nothing(nodes: Nodes) -> N
     if os.geteuid() == 0:
         command = ["runuser", "-u", "postgres", "--", *command]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=60)
-    nodes.store.close()  # this test's own connections died with the server
-    nodes.wait_until(lambda: nodes.done(ids), timeout=60)
-    _check(nodes, ids)
+    nodes.sched.store.close()  # this test's own connections died with the server
+    wait_until(lambda: nodes.done(ids), timeout=60)
+    nodes.check(ids)
 
 
-def test_four_nodes_declaring_the_same_startup_tasks_make_one_row_each(nodes: Nodes) -> None:
+def test_four_nodes_declaring_the_same_startup_tasks_make_one_row_each(nodes: Cluster) -> None:
     from cadence.store import PostgresStore
 
     def declare() -> None:
-        store = PostgresStore(nodes.dsn, prefix=nodes.prefix)
+        store = PostgresStore(nodes.env["CADENCE_PG_DSN"], prefix=nodes.target[3:])
         try:
             s = DurableScheduler(store)
             for k in range(5):
@@ -213,4 +136,4 @@ def test_four_nodes_declaring_the_same_startup_tasks_make_one_row_each(nodes: No
         t.start()
     for t in threads:
         t.join(30)
-    assert sorted(r.task_id for r in nodes.store.rows()) == [f"job{k}" for k in range(5)]
+    assert sorted(r.task_id for r in nodes.sched.store.rows()) == [f"job{k}" for k in range(5)]

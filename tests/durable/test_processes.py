@@ -9,14 +9,9 @@ processes that lost their lease.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import sqlite3
-import subprocess
-import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,88 +19,18 @@ import pytest
 
 from cadence import DurableScheduler, Misfire, Status
 from cadence.store import SQLiteStore
-
-ROOT = Path(__file__).resolve().parents[2]
-EFFECT = "tests.durable.jobs:effect"
-
-
-class Cluster:
-    """Worker processes on one database, and what they did."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.db = str(tmp / "cadence.db")
-        self.effects = str(tmp / "effects.db")
-        self.sched = DurableScheduler(SQLiteStore(self.db))
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.kills = 0
-
-    def spawn(self, **env: str) -> subprocess.Popen[bytes]:
-        full = {**os.environ, "EFFECTS_DB": self.effects, "PYTHONPATH": str(ROOT), **env}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.durable.worker", self.db], cwd=ROOT, env=full
-        )
-        self.procs.append(proc)
-        return proc
-
-    def kill(self, proc: subprocess.Popen[bytes]) -> None:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        self.kills += 1
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.terminate()
-        for proc in self.procs:
-            proc.wait(30)
-
-    def wait_until(self, done: object, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if callable(done) and done():
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"not done after {timeout} s")
-
-    def effects_by_key(self) -> Counter[str]:
-        if not os.path.exists(self.effects):
-            return Counter()
-        db = sqlite3.connect(self.effects)
-        try:
-            return Counter(key for (key,) in db.execute("SELECT key FROM effects"))
-        finally:
-            db.close()
-
-    def starts(self) -> Counter[str]:
-        path = self.effects + ".starts"
-        if not os.path.exists(path):
-            return Counter()
-        with open(path) as f:
-            return Counter(line.split()[0] for line in f if line.strip())
-
-    def completions(self) -> Counter[tuple[str, object, int]]:
-        db = sqlite3.connect(self.db)
-        try:
-            return Counter(
-                (t, s, a)
-                for t, s, a in db.execute("SELECT task_id, slot, attempt FROM cadence_outcomes")
-            )
-        finally:
-            db.close()
+from tests.durable.cluster import EFFECT, Cluster
+from tests.helpers import wait_until
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+    db = str(tmp_path / "cadence.db")
+    c = Cluster(tmp_path, db, DurableScheduler(SQLiteStore(db)))
     try:
         yield c
     finally:
         c.stop_all()
-
-
-def _all_done(cluster: Cluster, ids: list[str]) -> bool:
-    return all(cluster.sched.status(i) is Status.DONE for i in ids)
 
 
 def test_sigkill_under_load_loses_nothing_and_runs_each_slot_once(cluster: Cluster) -> None:
@@ -122,17 +47,10 @@ def test_sigkill_under_load_loses_nothing_and_runs_each_slot_once(cluster: Clust
         victim = rng.randrange(len(workers))
         cluster.kill(workers[victim])
         workers[victim] = cluster.spawn(**env)
-    cluster.wait_until(lambda: _all_done(cluster, ids), timeout=30)
-    effects, starts, completions = (
-        cluster.effects_by_key(),
-        cluster.starts(),
-        cluster.completions(),
-    )
-    keys = {f"{task_id}@{cluster.sched.history(task_id)[0].slot!r}" for task_id in ids}
-    assert set(effects) == keys  # 0 lost
-    assert all(n == 1 for n in completions.values())  # 0 duplicate completions
-    assert len(completions) == len(ids)
-    duplicates = sum(n - 1 for n in starts.values())
+    wait_until(lambda: cluster.done(ids), timeout=30)
+    cluster.check(ids)  # 0 lost, 0 duplicate completions
+    assert len(cluster.completions()) == len(ids)
+    duplicates = sum(n - 1 for n in cluster.starts().values())
     assert duplicates <= cluster.kills  # only runs in flight on a killed worker start twice
 
 
@@ -148,17 +66,17 @@ def test_sigkill_at_each_step_of_a_run(cluster: Cluster, step: str) -> None:
         env |= {"KILL_AT": step}
     victim = cluster.spawn(**env)
     if step == "during":
-        cluster.wait_until(cluster.starts, timeout=10)
+        wait_until(cluster.starts, timeout=10)
         cluster.kill(victim)
     else:
         assert victim.wait(10) == -signal.SIGKILL
         cluster.kills += 1
     assert cluster.sched.status("x") is Status.RUNNING  # held by a dead process
     cluster.spawn(LEASE="0.5")
-    cluster.wait_until(lambda: _all_done(cluster, ["x"]), timeout=10)
+    wait_until(lambda: cluster.done(["x"]), timeout=10)
     [outcome] = cluster.sched.history("x")
     assert outcome.result == "ok"
-    assert list(cluster.effects_by_key()) == [f"x@{outcome.slot!r}"]
+    assert cluster.effect_keys() == {f"x@{outcome.slot!r}"}
     starts = cluster.starts()
     expected = {"claimed": 1, "during": 2, "completing": 2, "committing": 2}[step]
     assert sum(starts.values()) == expected  # a claimed, unstarted run never started twice
@@ -169,10 +87,10 @@ def test_a_stopped_process_writes_nothing_when_it_wakes(cluster: Cluster) -> Non
     completion, when it wakes, is fenced off."""
     cluster.sched.schedule_once("x", 0, EFFECT, args=[])
     sleeper = cluster.spawn(LEASE="0.5", EFFECT_SLEEP="0.5")
-    cluster.wait_until(cluster.starts, timeout=10)
+    wait_until(cluster.starts, timeout=10)
     sleeper.send_signal(signal.SIGSTOP)
     taker = cluster.spawn(LEASE="0.5")
-    cluster.wait_until(lambda: _all_done(cluster, ["x"]), timeout=10)
+    wait_until(lambda: cluster.done(["x"]), timeout=10)
     sleeper.send_signal(signal.SIGCONT)
     time.sleep(1.0)  # it finishes its action and tries to complete
     [outcome] = cluster.sched.history("x")
