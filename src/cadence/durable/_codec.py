@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from cadence._policy import RetryPolicy, Schedule
 from cadence._types import Time
@@ -20,6 +20,7 @@ from cadence.retry import Backoff, NoRetry
 from cadence.schedules import FixedDelay, FixedRate, Once
 from cadence.store import StoreError
 
+T = TypeVar("T")
 JSON_HELP = "str, int, float, bool, None, and lists and dicts (with str keys) of them"
 
 
@@ -113,18 +114,23 @@ def schedule_from(spec: Mapping[str, Any]) -> Schedule:
 
     Schedules are immutable: one object per distinct spec is kept and shared.
     """
-    key = tuple(sorted(spec.items()))
-    found = _SCHEDULES.get(key)
-    if found is None:
-        if len(_SCHEDULES) >= _CACHED:
-            _SCHEDULES.clear()
-        found = _SCHEDULES[key] = _schedule(spec)
-    return found
+    return _cached(_SCHEDULES, spec, _schedule)
 
 
 _CACHED = 1024
 _SCHEDULES: dict[tuple[Any, ...], Schedule] = {}
 _RETRIES: dict[tuple[Any, ...], RetryPolicy] = {}
+
+
+def _cached(cache: dict[tuple[Any, ...], T], spec: Mapping[str, Any], make: Any) -> T:
+    """One object per distinct flat spec (policies are immutable), made on first need."""
+    key = tuple(sorted(spec.items()))
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= _CACHED:
+            cache.clear()
+        found = cache[key] = make(spec)
+    return found
 
 
 def _schedule(spec: Mapping[str, Any]) -> Schedule:
@@ -165,13 +171,7 @@ def retry_spec(retry: RetryPolicy | None, backoff: Time) -> dict[str, Any]:
 
 def retry_from(spec: Mapping[str, Any]) -> RetryPolicy:
     """The retry policy a stored spec describes (one shared object per distinct spec)."""
-    key = tuple(sorted(spec.items()))
-    found = _RETRIES.get(key)
-    if found is None:
-        if len(_RETRIES) >= _CACHED:
-            _RETRIES.clear()
-        found = _RETRIES[key] = _retry(spec)
-    return found
+    return _cached(_RETRIES, spec, _retry)
 
 
 def _retry(spec: Mapping[str, Any]) -> RetryPolicy:

@@ -347,11 +347,7 @@ class DurableScheduler(Scheduler):
                 row.fence = old.fence + 1  # the old task's run in flight is now stale
             return Change(True, row=row, requeued=True)
 
-        decided = self._store.modify(row.task_id, add)
-        assert decided is not None
-        if decided.value:
-            self._added(row)
-        return decided.value
+        return self._declare(row, add)
 
     def ensure(
         self,
@@ -402,11 +398,7 @@ class DurableScheduler(Scheduler):
             new.action, new.spec, new.priority = row.action, row.spec, row.priority
             return Change(True, row=new, requeued=requeued)
 
-        decided = self._store.modify(row.task_id, ensure)
-        assert decided is not None
-        if decided.value:
-            self._added(row)
-        return decided.value
+        return self._declare(row, ensure)
 
     def _row(
         self,
@@ -448,6 +440,14 @@ class DurableScheduler(Scheduler):
         cursor, first = self._first(when)
         plan.cursor = cursor
         return new_row(task_id, name, spec, plan, first)
+
+    def _declare(self, row: TaskRow, decide: Callable[[TaskRow | None], Change[bool]]) -> bool:
+        """Store a new task's ``row`` as ``decide`` says (one transaction); announce it."""
+        decided = self._store.modify(row.task_id, decide)
+        assert decided is not None
+        if decided.value:
+            self._added(row)
+        return decided.value
 
     def _added(self, row: TaskRow) -> None:
         if self._listeners:

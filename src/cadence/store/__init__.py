@@ -19,9 +19,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._base import Change, Edit, Known, OutcomeRow, Store, TaskRow
+from ._base import Change, Edit, Known, OutcomeRow, Store, StoreError, TaskRow
 from ._memory import MemoryStore
-from ._sqlite import SQLiteStore, StoreError
+from ._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore

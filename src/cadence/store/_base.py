@@ -20,6 +20,8 @@ matches, so a holder that lost its lease (crash, pause) writes nothing.
 
 from __future__ import annotations
 
+import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
@@ -27,6 +29,16 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 from cadence._types import Time
 
 T = TypeVar("T")
+
+COLUMNS = (
+    "task_id, action, spec, state, status, paused, due, priority, seq, fence, owner, "
+    "lease_until, expiries, version"
+)
+"""The columns of a stored task, in :class:`TaskRow`'s order (the database stores' SQL)."""
+OUTCOME_COLUMNS = (
+    "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner, value"
+)
+"""The columns of a stored outcome, in :class:`OutcomeRow`'s order."""
 
 SCHEDULED, QUEUED, RUNNING = "scheduled", "queued", "running"
 LEASED = (QUEUED, RUNNING)
@@ -146,6 +158,65 @@ class Known(NamedTuple):
         return isinstance(action, str) and (
             action in self.names or (":" in action and action not in self.broken)
         )
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as it is: a newer schema, an unreadable row, a bad URL."""
+
+
+def migrate(version: int, steps: list[list[str]], run: Callable[[str], object], where: str) -> int:
+    """Apply the forward-only schema ``steps`` after ``version`` with ``run``; the new version.
+
+    Step k takes version k to k + 1. Raises :class:`StoreError` for a version
+    newer than the steps know (rows are never deleted or rewritten to fit).
+    """
+    if version > len(steps):
+        raise StoreError(
+            f"{where}: schema version {version} is newer than this cadence "
+            f"(version {len(steps)}); upgrade cadence. Nothing was changed."
+        )
+    for step in steps[version:]:
+        for statement in step:
+            run(statement)
+    return len(steps)
+
+
+class StoreBase(ABC):
+    """What the stores share: :meth:`modify` as one :meth:`modify_many` edit, and
+    per-thread connections (``_connection``/``close``) for the database stores."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._all: list[Any] = []  # every connection opened, to close them all
+        self._all_lock = threading.Lock()
+
+    @abstractmethod
+    def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
+        """See :meth:`Store.modify_many`."""
+
+    def modify(
+        self,
+        task_id: str,
+        change: Callable[[TaskRow | None], Change[T]],
+        *,
+        fence: int | None = None,
+    ) -> Change[T] | None:
+        """See :meth:`Store.modify`."""
+        return self.modify_many([Edit(task_id, change, fence)])[0]
+
+    def _opened(self, connection: T) -> T:
+        """Keep a new connection, for :meth:`close`."""
+        with self._all_lock:
+            self._all.append(connection)
+        return connection
+
+    def close(self) -> None:
+        """Close every connection this store opened (they are reopened on next use)."""
+        with self._all_lock:
+            opened, self._all = self._all, []
+        for connection in opened:
+            connection.close()
+        self._local = threading.local()
 
 
 class Store(Protocol):

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from cadence._types import Time
 
-from ._base import LEASED, RUNNING, SCHEDULED, Change, Edit, Known, OutcomeRow, TaskRow
-
-T = TypeVar("T")
+from ._base import LEASED, RUNNING, SCHEDULED, Change, Edit, Known, OutcomeRow, StoreBase, TaskRow
 
 
-class MemoryStore:
+class MemoryStore(StoreBase):
     """A :class:`~cadence.store.Store` that keeps everything in this process.
 
     Nothing survives the process: it backs deterministic simulations of
@@ -26,6 +24,7 @@ class MemoryStore:
     """
 
     def __init__(self, clock: Callable[[], Time] | None = None) -> None:
+        super().__init__()
         self._clock = clock
         self._lock = threading.Lock()
         self._rows: dict[str, TaskRow] = {}
@@ -38,19 +37,6 @@ class MemoryStore:
 
     def open(self) -> None:
         """Nothing to create."""
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def modify(
-        self,
-        task_id: str,
-        change: Callable[[TaskRow | None], Change[T]],
-        *,
-        fence: int | None = None,
-    ) -> Change[T] | None:
-        """See :meth:`cadence.store.Store.modify`."""
-        return self.modify_many([Edit(task_id, change, fence)])[0]
 
     def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
         """See :meth:`cadence.store.Store.modify_many` (all or nothing, as a transaction)."""

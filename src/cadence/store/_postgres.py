@@ -20,7 +20,6 @@ remains the safety net.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,8 +36,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from cadence._types import Time
 
-from ._base import Change, Edit, Known, OutcomeRow, TaskRow
-from ._sqlite import StoreError
+from ._base import COLUMNS as _COLUMNS
+from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
+from ._base import Change, Edit, Known, OutcomeRow, StoreBase, StoreError, TaskRow, migrate
 
 T = TypeVar("T")
 
@@ -47,14 +47,6 @@ RETRIES = 5
 """Attempts of one transaction that hit a unique violation or a lost connection."""
 SOON = 1.0
 """A write whose new due time is within this many seconds notifies the other nodes."""
-
-_COLUMNS = (
-    "task_id, action, spec, state, status, paused, due, priority, seq, fence, owner, "
-    "lease_until, expiries, version"
-)
-_OUTCOME_COLUMNS = (
-    "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner, value"
-)
 
 
 def _migrations(p: str) -> list[list[str]]:
@@ -113,7 +105,7 @@ def _time(value: Any) -> Any:
     return value
 
 
-class PostgresStore:
+class PostgresStore(StoreBase):
     """A :class:`~cadence.store.Store` on PostgreSQL (psycopg 3).
 
     ``conninfo`` is a libpq connection string or URL. ``prefix`` names the
@@ -136,13 +128,11 @@ class PostgresStore:
             raise ValueError(f"prefix must be letters, digits and underscores, got {prefix!r}")
         if clock not in ("database", "caller"):
             raise ValueError(f"clock must be 'database' or 'caller', got {clock!r}")
+        super().__init__()
         self.conninfo = conninfo
         self._p = prefix
         self._clock = clock
         self._offset = 0.0
-        self._local = threading.local()
-        self._all: list[psycopg.Connection[Any]] = []
-        self._all_lock = threading.Lock()
         self._listener: psycopg.Connection[Any] | None = None
         self._notified = 0
         self._channel = f"{prefix}due"
@@ -166,9 +156,7 @@ class PostgresStore:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        with self._all_lock:
-            self._all.append(db)
-        return db
+        return self._opened(db)
 
     def _db(self) -> psycopg.Connection[Any]:
         db: psycopg.Connection[Any] | None = getattr(self._local, "db", None)
@@ -213,36 +201,25 @@ class PostgresStore:
         p = self._p
         steps = _migrations(p)
 
-        def migrate(db: psycopg.Connection[Any]) -> None:
+        def upgrade(db: psycopg.Connection[Any]) -> None:
             db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{p}schema",))
             db.execute(f"CREATE TABLE IF NOT EXISTS {p}meta (key text PRIMARY KEY, value text)")
             found = db.execute(
                 f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
             ).fetchone()
             version = 0 if found is None else int(found[0])
-            if version > len(steps):
-                raise StoreError(
-                    f"{self}: schema version {version} is newer than this cadence "
-                    f"(version {len(steps)}); upgrade cadence. Nothing was changed."
-                )
-            for step in steps[version:]:
-                for statement in step:
-                    db.execute(statement)
+            latest = migrate(version, steps, db.execute, str(self))
             db.execute(
                 f"INSERT INTO {p}meta VALUES ('schema_version', %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(len(steps)),),
+                (str(latest),),
             )
 
-        self._retrying(migrate)
+        self._retrying(upgrade)
 
     def close(self) -> None:
         """Close every connection this store opened (they are reopened on next use)."""
-        with self._all_lock:
-            dbs, self._all = self._all, []
-        for db in dbs:
-            db.close()
-        self._local = threading.local()
+        super().close()
         self._listener = None
 
     def now(self) -> Time | None:
@@ -254,16 +231,6 @@ class PostgresStore:
         return time.time() + self._offset
 
     # -- writes ----------------------------------------------------------
-
-    def modify(
-        self,
-        task_id: str,
-        change: Callable[[TaskRow | None], Change[T]],
-        *,
-        fence: int | None = None,
-    ) -> Change[T] | None:
-        """See :meth:`cadence.store.Store.modify`."""
-        return self.modify_many([Edit(task_id, change, fence)])[0]
 
     def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
         """See :meth:`cadence.store.Store.modify_many`.

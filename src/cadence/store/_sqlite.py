@@ -16,15 +16,26 @@ import functools
 import json
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
 from cadence._types import Time
 
-from ._base import RUNNING, Change, Edit, Known, OutcomeRow, TaskRow
+from ._base import COLUMNS as _COLUMNS
+from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
+from ._base import (
+    RUNNING,
+    Change,
+    Edit,
+    Known,
+    OutcomeRow,
+    StoreBase,
+    StoreError,
+    TaskRow,
+    migrate,
+)
 
 T = TypeVar("T")
 
@@ -36,14 +47,6 @@ BUSY_TIMEOUT = 30.0
 
 LOCKED_RETRY = 120.0
 """Seconds a write keeps retrying past the busy timeout before the error propagates."""
-
-_COLUMNS = (
-    "task_id, action, spec, state, status, paused, due, priority, seq, fence, owner, "
-    "lease_until, expiries, version"
-)
-_OUTCOME_COLUMNS = (
-    "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner, value"
-)
 
 
 def _migrations(p: str) -> list[list[str]]:
@@ -96,11 +99,7 @@ def _migrations(p: str) -> list[list[str]]:
     ]
 
 
-class StoreError(RuntimeError):
-    """The store cannot be used as it is: a newer schema, an unreadable row, a bad URL."""
-
-
-class SQLiteStore:
+class SQLiteStore(StoreBase):
     """A :class:`~cadence.store.Store` in one SQLite file.
 
     ``path`` is the database file (created if missing; ``":memory:"`` is
@@ -135,13 +134,10 @@ class SQLiteStore:
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         if not isinstance(prefix, str) or not prefix.replace("_", "a").isalnum():
             raise ValueError(f"prefix must be letters, digits and underscores, got {prefix!r}")
+        super().__init__()
         self.path = path
         self.synchronous = synchronous
         self._p = prefix
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
@@ -151,16 +147,12 @@ class SQLiteStore:
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            if self._closed:
-                raise StoreError(f"{self!r} is closed")
             db = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
             )
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={self.synchronous}")
-            self._local.db = db
-            with self._all_lock:
-                self._all.append(db)
+            self._local.db = self._opened(db)
         return db
 
     @contextmanager
@@ -200,37 +192,10 @@ class SQLiteStore:
                 f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
             ).fetchone()
             version = 0 if found is None else int(found[0])
-            if version > len(steps):
-                raise StoreError(
-                    f"{self.path}: schema version {version} is newer than this cadence "
-                    f"(version {len(steps)}); upgrade cadence. Nothing was changed."
-                )
-            for step in steps[version:]:
-                for statement in step:
-                    db.execute(statement)
-            db.execute(
-                f"INSERT OR REPLACE INTO {p}meta VALUES ('schema_version', ?)", (len(steps),)
-            )
-
-    def close(self) -> None:
-        """Close every connection this store opened (they are reopened on next use)."""
-        with self._all_lock:
-            dbs, self._all = self._all, []
-        for db in dbs:
-            db.close()
-        self._local = threading.local()
+            latest = migrate(version, steps, db.execute, self.path)
+            db.execute(f"INSERT OR REPLACE INTO {p}meta VALUES ('schema_version', ?)", (latest,))
 
     # -- the protocol ----------------------------------------------------
-
-    def modify(
-        self,
-        task_id: str,
-        change: Callable[[TaskRow | None], Change[T]],
-        *,
-        fence: int | None = None,
-    ) -> Change[T] | None:
-        """See :meth:`cadence.store.Store.modify`."""
-        return self.modify_many([Edit(task_id, change, fence)])[0]
 
     def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
         """See :meth:`cadence.store.Store.modify_many`."""
