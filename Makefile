@@ -45,7 +45,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/realtime.py
 	$(BIN)/python bench/peers.py
-	$(BIN)/python tests/postgres_server.py -- $(BIN)/python bench/durable.py
+	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/durable.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

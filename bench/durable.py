@@ -441,6 +441,12 @@ def write(results: dict[str, Any]) -> None:
             f"| {name} | {sync_shown} | {max(values):,.0f} | {statistics.median(values):,.0f} | "
             f"{max(values) / floor:.2f} | {max(values) / mine:.2f} |"
         )
+    if PG:
+        lines += [
+            "",
+            "PostgreSQL: a server on loopback started by `tests/postgres_server.py --durable` "
+            "(fsync on, default settings otherwise), one process.",
+        ]
     gaps = sorted(results["failover"])
     p99 = gaps[min(len(gaps) - 1, round(0.99 * (len(gaps) - 1)))]
     lines += [

@@ -1,6 +1,9 @@
 """Run a command beside a throwaway PostgreSQL server on loopback.
 
-``python tests/postgres_server.py -- COMMAND...`` (what ``make test`` does):
+``python tests/postgres_server.py [--durable] -- COMMAND...`` (what ``make test``
+does; ``make bench`` adds ``--durable``: fsync on, as in production, where tests
+run with ``fsync=off`` for speed; a server crash is still survived, an OS crash
+would not be):
 
 1. finds PostgreSQL's server binaries (``/usr/lib/postgresql/*/bin``); when
    they are missing and this runs as root with ``apt-get`` (a fresh CI
@@ -61,8 +64,9 @@ def free_port() -> int:
 class Server:
     """A PostgreSQL cluster in a temporary directory, run as a non-root user."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, *, durable: bool = False) -> None:
         self.bindir = bindir
+        self.fsync = "on" if durable else "off"
         self.dir = Path(tempfile.mkdtemp(prefix="cadence-pg-"))
         self.data = self.dir / "data"
         self.port = free_port()
@@ -83,7 +87,7 @@ class Server:
                   "--no-sync", "-E", "UTF8")  # fmt: skip
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-            f"-c unix_socket_directories={self.dir} -c fsync=off -c max_connections=200"
+            f"-c unix_socket_directories={self.dir} -c fsync={self.fsync} -c max_connections=200"
         )
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
                   str(self.dir / "server.log"), "-w", "start")  # fmt: skip
@@ -105,9 +109,10 @@ class Server:
 
 def main(argv: list[str]) -> int:
     if "--" not in argv:
-        print("usage: postgres_server.py -- COMMAND...", file=sys.stderr)
+        print("usage: postgres_server.py [--durable] -- COMMAND...", file=sys.stderr)
         return 2
     command = argv[argv.index("--") + 1 :]
+    durable = "--durable" in argv[: argv.index("--")]
     env = dict(os.environ)
     if "CADENCE_PG_DSN" in env:  # a server given from outside: use it
         return subprocess.call(command, env=env)
@@ -115,7 +120,7 @@ def main(argv: list[str]) -> int:
     if bindir is None:
         print("postgres_server: no PostgreSQL here; its tests will skip", file=sys.stderr)
         return subprocess.call(command, env=env)
-    server = Server(bindir)
+    server = Server(bindir, durable=durable)
     server.start()
     try:
         env["CADENCE_PG_DSN"] = server.dsn
