@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import types
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from cadence.store import SQLiteStore
 from tests.test_readme import blocks
 
 RECIPES = pathlib.Path(__file__).parent.parent / "docs" / "recipes.md"
@@ -32,7 +36,7 @@ def module(name: str, code: str) -> Any:
 
 
 def test_every_block_is_tested() -> None:
-    assert len(blocks(RECIPES)) == 5
+    assert len(blocks(RECIPES)) == 6
 
 
 def test_fastapi_lifespan() -> None:
@@ -100,6 +104,37 @@ def test_gunicorn_workers_elect_one_scheduler(tmp_path: pathlib.Path) -> None:
         for proc in procs:
             proc.communicate("\n", timeout=10)
     assert sorted(answers) == ["False", "False", "True"]
+
+
+def test_gunicorn_workers_share_one_durable_schedule(tmp_path: pathlib.Path) -> None:
+    """Three real gunicorn workers on one SQLite file: one task, each slot run once."""
+    (tmp_path / "scheduling.py").write_text(recipe("gunicorn, every worker"))
+    (tmp_path / "gunicorn_conf.py").write_text("from scheduling import post_fork, worker_exit\n")
+    (tmp_path / "app.py").write_text(
+        "def app(environ, start_response):\n    start_response('200 OK', [])\n    return [b'ok']\n"
+    )
+    db = tmp_path / "cadence.db"
+    env = {**os.environ, "CADENCE_DB": str(db), "PYTHONPATH": str(tmp_path)}
+    gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
+    server = subprocess.Popen(
+        [str(gunicorn), "-w", "3", "-c", "gunicorn_conf.py", "--bind", "127.0.0.1:0", "app:app"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(3)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0
+    store = SQLiteStore(db)
+    try:
+        assert [row.task_id for row in store.rows()] == ["purge-sessions"]  # one task, not three
+        runs = store.outcomes("purge-sessions", 1000)
+    finally:
+        store.close()
+    slots = [run.slot for run in runs]
+    assert len(slots) >= 5
+    assert len(slots) == len(set(slots))  # each slot once across the workers
+    assert all(run.result == "ok" for run in runs)
 
 
 def test_celery_beat_schedule_ported() -> None:
