@@ -123,8 +123,12 @@ _RETRIES: dict[tuple[Any, ...], RetryPolicy] = {}
 
 
 def _cached(cache: dict[tuple[Any, ...], T], spec: Mapping[str, Any], make: Any) -> T:
-    """One object per distinct flat spec (policies are immutable), made on first need."""
-    key = tuple(sorted(spec.items()))
+    """One object per distinct flat spec (policies are immutable), made on first need.
+
+    Keyed by the spec's items in their order: specs are built in one order per
+    kind, and a different order costs only a second object.
+    """
+    key = tuple(spec.items())
     found = cache.get(key)
     if found is None:
         if len(cache) >= _CACHED:

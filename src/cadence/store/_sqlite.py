@@ -202,8 +202,12 @@ class SQLiteStore(StoreBase):
         p = self._p
         results: list[Change[Any] | None] = []
         with self._write() as db:
+            # One seq for each completion decided in advance that queues its next run,
+            # taken at once (unused ones leave gaps: only their order matters).
+            requeued = sum(1 for e in edits if e.expect is not None and e.expect[1].requeued)
+            seqs = iter(self._seqs(db, requeued))
             for task_id, change, fence, expect in edits:
-                if expect is not None and self._write_expected(db, task_id, fence, *expect):
+                if expect is not None and self._write_expected(db, task_id, fence, *expect, seqs):
                     results.append(expect[1])
                     continue
                 found = db.execute(
@@ -230,13 +234,14 @@ class SQLiteStore(StoreBase):
 
     def _write_expected(
         self, db: sqlite3.Connection, task_id: str, fence: int | None, version: int,
-        decided: Change[Any],
+        decided: Change[Any], seqs: Iterator[int],
     ) -> bool:  # fmt: skip
         """Write a change decided in advance, if the row is still at ``version``: one UPDATE."""
         new = decided.row
         assert new is not None
         new.version = version + 1
-        self._seq(db, decided)
+        if decided.requeued:
+            new.seq = next(seqs)
         values = _values(new)
         cursor = db.execute(
             _update(self._p, " AND fence = ? AND version = ?"),
@@ -247,13 +252,20 @@ class SQLiteStore(StoreBase):
         self._record(db, decided)
         return True
 
+    def _seqs(self, db: sqlite3.Connection, n: int) -> range:
+        """``n`` new, increasing ``seq`` values (one statement)."""
+        if not n:
+            return range(0)
+        end = db.execute(
+            f"UPDATE {self._p}meta SET value = value + ? WHERE key = 'seq' RETURNING value", (n,)
+        ).fetchone()[0]
+        return range(end - n + 1, end + 1)
+
     def _seq(self, db: sqlite3.Connection, decided: Change[Any]) -> None:
         """A new ``seq`` for a row whose run was queued anew (or that is new)."""
         new = decided.row
         if new is not None and (decided.requeued or new.seq == 0):
-            new.seq = db.execute(
-                f"UPDATE {self._p}meta SET value = value + 1 WHERE key = 'seq' RETURNING value"
-            ).fetchone()[0]
+            new.seq = self._seqs(db, 1)[0]
 
     def _record(self, db: sqlite3.Connection, decided: Change[Any]) -> None:
         if decided.outcome is not None:
