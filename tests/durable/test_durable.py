@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -480,3 +481,52 @@ def test_under_load_a_runner_group_commits_and_reports_only_durable_outcomes(
         assert len(store.flushes) <= 6
     else:
         assert store.flushes == [1] * 24
+
+
+class FlakyStore(SQLiteStore):
+    """A SQLite store that fails every call while ``down`` (a database outage)."""
+
+    down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise sqlite3.OperationalError("unable to open database file (outage)")
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().claim(*args, **kwargs)
+
+    def modify_many(self, edits: Any) -> Any:
+        self._check()
+        return super().modify_many(edits)
+
+    def next_due(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().next_due(*args, **kwargs)
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().heartbeat(*args, **kwargs)
+
+
+def test_a_runner_outlives_a_store_outage_and_loses_no_slot(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FlakyStore(tmp_path / "o.db")
+    sched = DurableScheduler(store, lease=0.5, poll=0.02)
+    sched.schedule("r", FixedRate(0.1), NOOP)
+    with Runner(sched) as runner:
+        time.sleep(0.5)
+        store.down = True  # claims, completions, wake-ups and heartbeats all fail
+        time.sleep(1.5)
+        assert runner.is_running
+        store.down = False
+        time.sleep(1.5)
+        assert runner.is_running
+    assert "the store cannot be reached" in caplog.text
+    assert "the store is reachable again" in caplog.text
+    runs = sched.history("r", 1000)
+    slots = sorted(run.slot for run in runs)
+    assert all(abs(b - a - 0.1) < 1e-6 for a, b in itertools.pairwise(slots))  # none lost
+    assert len(slots) == len(set(slots))  # each recorded once
+    assert slots[-1] > time.time() - 0.5  # and it caught up

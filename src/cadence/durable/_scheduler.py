@@ -43,6 +43,9 @@ _UNSET: Any = object()
 FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
 
 
+STORE_RETRY = 1.0
+"""Seconds a runner waits before trying an unreachable store again."""
+
 MAX_DEFER = 0.05
 """Seconds a runner's completion may be held back for a group commit, at most."""
 
@@ -112,6 +115,7 @@ class DurableScheduler(Scheduler):
         "_lease",
         "_max_expiries",
         "_node",
+        "_outage",
         "_pending",
         "_poll",
         "_store",
@@ -169,6 +173,7 @@ class DurableScheduler(Scheduler):
         self._pending: list[_Pending] = []
         self._deferred: list[Any] = []  # completions held back for a group commit
         self._deferred_since = 0.0
+        self._outage = False  # the store failed a runner's claim: retry after STORE_RETRY
         store.open()
 
     def __repr__(self) -> str:
@@ -581,7 +586,17 @@ class DurableScheduler(Scheduler):
         One indexed read.
         """
         if task_id is _UNSET:
-            return self._store.next_due(self._node, self._known())
+            if not self._users:
+                return self._store.next_due(self._node, self._known())
+            if not self._outage:  # a runner asks: an unreachable store means "try again soon"
+                try:
+                    return self._store.next_due(self._node, self._known())
+                except Exception:
+                    logger.exception(
+                        "the store cannot be reached; retrying every %gs", STORE_RETRY
+                    )
+                    self._outage = True
+            return _validate.time_from("the clock", self._clock()) + STORE_RETRY
         info = self.info(task_id)
         return None if info is None else info.next_run_time
 
@@ -637,7 +652,22 @@ class DurableScheduler(Scheduler):
         return now if own is None else own
 
     def _claim(self, now: Time, *, queued: bool = False) -> Held | None:
-        """The next run for a runner: from this node's claimed batch, else a new claim."""
+        """The next run for a runner: from this node's claimed batch, else a new claim.
+
+        If the store cannot be reached, the error is logged and nothing is
+        claimed; :meth:`next_run_time` then has the runner try again after
+        :data:`STORE_RETRY` seconds (the store's own reconnection backoff
+        having run out).
+        """
+        try:
+            return self._claim_next(now)
+        except Exception:
+            if not self._outage:
+                logger.exception("the store cannot be reached; retrying every %gs", STORE_RETRY)
+            self._outage = True
+            return None
+
+    def _claim_next(self, now: Time) -> Held | None:
         now = self._store_time(now)
         with self._hold:
             while self._buffer:
@@ -648,7 +678,11 @@ class DurableScheduler(Scheduler):
                     return task
                 task.lost = True  # not renewed in time: someone may have it now
                 logger.warning("task %r: lease ran out before its run started", task.task_id)
-        return self._claim_from_store(now, self._batch)
+        claimed = self._claim_from_store(now, self._batch)
+        if self._outage:
+            logger.warning("the store is reachable again")
+            self._outage = False
+        return claimed
 
     def _claim_from_store(self, now: Time, limit: int) -> Held | None:
         """Claim up to ``limit`` runs; return the first to start, keep the rest in the batch.
@@ -770,10 +804,15 @@ class DurableScheduler(Scheduler):
         with self._hold:
             defer = self._group and self._users > 0 and bool(self._buffer)
             pending = bool(self._deferred)
-        if not defer and not pending:
-            then(self._complete(task, error, started, finished))
-            return
         edit, outcome = self._decided(task, error, started, finished)
+        if not defer and not pending:
+            try:
+                decided = self._commit(edit)
+            except Exception as exc:  # the store is unreachable: see _unrecorded
+                then(self._unrecorded(task, outcome, exc))
+                return
+            then(self._settled(task, decided, outcome, error))
+            return
         with self._hold:
             self._deferred.append((edit, task, outcome, error, then))
             if len(self._deferred) == 1:
@@ -787,6 +826,7 @@ class DurableScheduler(Scheduler):
             batch, self._deferred = self._deferred, []
         if not batch:
             return
+        results: list[Any]
         try:
             results = self._store.modify_many([edit for edit, *_ in batch])
         except Exception:  # one at a time: only the culprit fails
@@ -794,11 +834,30 @@ class DurableScheduler(Scheduler):
             for edit, *_ in batch:
                 try:
                     results.append(self._store.modify_many([edit])[0])
-                except Exception:
-                    logger.exception("task %r: its completion failed", edit.task_id)
-                    results.append(None)
+                except Exception as exc:
+                    results.append(exc)
         for (_, task, outcome, error, then), decided in zip(batch, results, strict=True):
-            then(self._settled(task, decided, outcome, error))
+            if isinstance(decided, Exception):
+                then(self._unrecorded(task, outcome, decided))
+            else:
+                then(self._settled(task, decided, outcome, error))
+
+    def _unrecorded(self, task: Held, outcome: RunOutcome, exc: Exception) -> RunOutcome:
+        """A completion the store could not take (down, unreachable): logged, reported.
+
+        Nothing is lost: the run's lease runs out, and it is run again, by this
+        node or another, with the same idempotency key (at-least-once).
+        """
+        logger.error(
+            "task %r: the completion of its run at %r could not be recorded (%r); the run "
+            "will be taken over when its lease expires",
+            task.task_id,
+            task.entry[0],
+            exc,
+        )
+        if self._hooks:
+            self._emit_outcome(outcome)
+        return outcome
 
     def _decided(
         self, task: Held, error: BaseException | None, started: Time, finished: Time
