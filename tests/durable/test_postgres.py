@@ -137,3 +137,49 @@ def test_four_nodes_declaring_the_same_startup_tasks_make_one_row_each(nodes: Cl
     for t in threads:
         t.join(30)
     assert sorted(r.task_id for r in nodes.sched.store.rows()) == [f"job{k}" for k in range(5)]
+
+
+def test_a_node_cut_off_for_longer_than_its_lease_writes_nothing(
+    nodes: Cluster, pg_dsn: str
+) -> None:
+    """A partition: the node's sessions are terminated and it cannot log in again for
+    three leases. Another node takes its run over; the cut-off node's completion, when
+    it comes, is rejected (or cannot reach the store): one outcome, the taker's."""
+    import psycopg
+
+    role = f"{nodes.target[3:]}node"
+    with psycopg.connect(pg_dsn, autocommit=True) as db:
+        db.execute(f"CREATE ROLE {role} LOGIN SUPERUSER")
+    try:
+        nodes.sched.schedule_once("x", 0, EFFECT, args=[])
+        cut = nodes.spawn(
+            LEASE="0.5", EFFECT_SLEEP="1.0",
+            CADENCE_PG_DSN=pg_dsn.replace("user=postgres", f"user={role}"),
+        )  # fmt: skip
+        wait_until(nodes.starts, timeout=10)
+        with psycopg.connect(pg_dsn, autocommit=True) as db:
+            db.execute(f"ALTER ROLE {role} NOLOGIN")
+            db.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+        taker = nodes.spawn(LEASE="0.5")
+        wait_until(lambda: nodes.done(["x"]), timeout=10)
+        time.sleep(1.5)  # the cut-off node ends its action and fails to complete
+        with psycopg.connect(pg_dsn, autocommit=True) as db:
+            db.execute(f"ALTER ROLE {role} LOGIN")
+        time.sleep(1.0)  # connected again: anything it still sends is fenced off
+        [outcome] = nodes.sched.history("x")
+        assert outcome.owner is not None
+        assert str(taker.pid) in outcome.owner
+        nodes.check(["x"])
+        assert sum(nodes.starts().values()) == 2  # its own start, and the taker's
+        assert cut.poll() is None  # it lived through it
+    finally:
+        nodes.stop_all()
+        with psycopg.connect(pg_dsn, autocommit=True) as db:
+            db.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+            db.execute(f"DROP ROLE IF EXISTS {role}")
