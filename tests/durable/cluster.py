@@ -13,10 +13,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
-from cadence import DurableScheduler, Status
+from cadence import DurableScheduler, Misfire, Status
 
 ROOT = Path(__file__).resolve().parents[2]
 EFFECT = "tests.durable.jobs:effect"
@@ -89,3 +90,29 @@ class Cluster:
         assert all(count == 1 for count in self.completions().values())
         keys = {f"{i}@{self.sched.history(i)[0].slot!r}" for i in ids}
         assert self.effect_keys() == keys
+
+    def downtime(self, period: float = 0.3) -> None:
+        """All workers down for ten periods, then two restarted: catch-up runs each
+        missed slot once, coalesce runs one for all the slots due by then (skipped =
+        those before it: 9 or more, as workers take a moment to start), skip runs none
+        and reports them on its next run."""
+        for name, misfire in [("catch", None), ("coalesce", Misfire.COALESCE),
+                              ("skip", Misfire.SKIP)]:  # fmt: skip
+            self.sched.schedule_at_fixed_rate(name, 0.2, period, EFFECT, args=[], misfire=misfire)
+        time.sleep(0.2 + 10 * period + 0.05)  # slots 0..9 (ten) pass with nothing running
+        first = {row.task_id: row.due for row in self.sched.store.rows()}
+        workers = [self.spawn(LEASE="1") for _ in range(2)]
+        time.sleep(1.0)
+        for worker in workers:
+            worker.terminate()
+            worker.wait(10)
+        history = {name: self.sched.history(name, 100)[::-1] for name in first}
+        catch = [o.slot for o in history["catch"]]
+        assert catch[:10] == [first["catch"] + k * period for k in range(10)]  # each missed
+        assert len(catch) == len(set(catch))  # once
+        coalesce = history["coalesce"]
+        missed = round((coalesce[0].slot - first["coalesce"]) / period)  # due before it
+        assert coalesce[0].skipped == missed >= 9  # one run for all that were due
+        assert len({o.slot for o in coalesce}) == len(coalesce)
+        assert history["skip"][0].skipped >= 10
+        assert all(n == 1 for n in self.completions().values())

@@ -119,6 +119,11 @@ def test_an_immediate_server_restart_under_load_loses_nothing(nodes: Cluster) ->
     nodes.check(ids)
 
 
+def test_all_nodes_down_for_ten_periods_then_restarted(nodes: Cluster) -> None:
+    """Misfire policies applied once across nodes (see ``cluster.downtime``)."""
+    nodes.downtime()
+
+
 def test_four_nodes_declaring_the_same_startup_tasks_make_one_row_each(nodes: Cluster) -> None:
     from cadence.store import PostgresStore
 
