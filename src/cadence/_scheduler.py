@@ -404,7 +404,9 @@ class Scheduler:
         defaults to the function's module and qualified name, and
         ``replace_existing`` to ``True``, so declaring the same job again (a
         reloaded module, a second start-up in one process) replaces it
-        instead of being ignored. ``options`` are :meth:`schedule`'s.
+        instead of being ignored. ``options`` are :meth:`schedule`'s. (A
+        :class:`~cadence.DurableScheduler` declares it with ``ensure`` instead,
+        so a restart keeps the stored task's place in its schedule.)
 
         Complexity: that of :meth:`schedule`. Raises what it raises, when
         the function is decorated.
@@ -412,10 +414,21 @@ class Scheduler:
 
         def register(action: F) -> F:
             name = task_id if task_id is not None else f"{action.__module__}.{action.__qualname__}"
-            self.schedule(name, when, action, replace_existing=replace_existing, **options)
+            self._declare_job(name, when, action, replace_existing, options)
             return action
 
         return register
+
+    def _declare_job(
+        self,
+        name: Hashable,
+        when: Schedule,
+        action: Callable[..., object],
+        replace_existing: bool,
+        options: dict[str, Any],
+    ) -> None:
+        """How :meth:`job` declares a decorated function: ``schedule``, replacing."""
+        self.schedule(name, when, action, replace_existing=replace_existing, **options)
 
     def _prepare(self, action: Any, args: Any, kwargs: Any) -> Action:
         """Check the action's call shape (:func:`cadence._calls.prepare`).

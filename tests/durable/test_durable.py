@@ -530,3 +530,15 @@ def test_a_runner_outlives_a_store_outage_and_loses_no_slot(
     assert all(abs(b - a - 0.1) < 1e-6 for a, b in itertools.pairwise(slots))  # none lost
     assert len(slots) == len(set(slots))  # each recorded once
     assert slots[-1] > time.time() - 0.5  # and it caught up
+
+
+def test_the_job_decorator_declares_with_ensure(store: Store) -> None:
+    clock = ManualClock(0)
+    sched = DurableScheduler(store, clock=clock)
+    assert sched.job(FixedRate(10, delay=10))(jobs.noop) is jobs.noop
+    assert [o.at for o in sched.tick(20)] == [10, 20]
+    again = DurableScheduler(store, clock=clock)  # a restart declares it again
+    again.job(FixedRate(10, delay=10))(jobs.noop)
+    assert again.next_run_time("tests.durable.jobs.noop") == 30  # its place is kept
+    with pytest.raises(TypeError, match="task_id must be a str"):
+        again.job(FixedRate(10), task_id=3)(jobs.noop)

@@ -261,27 +261,19 @@ class DurableScheduler(Scheduler):
     def _known(self) -> Known:
         return Known(tuple(self._actions), tuple(self._broken))
 
-    def job(
+    def _declare_job(
         self,
+        name: Hashable,
         when: Schedule,
-        *,
-        task_id: Hashable | None = None,
-        replace_existing: bool = True,
-        **options: Any,
-    ) -> Callable[[F], F]:
-        """As :meth:`cadence.Scheduler.job`, declared with :meth:`ensure`.
-
-        So a restart (or another worker) declaring the same job keeps its
-        stored cursor instead of starting it over. The function must be
-        defined at module level (it is stored as its import path).
-        """
-
-        def declare(action: F) -> F:
-            name = task_id if task_id is not None else f"{action.__module__}.{action.__qualname__}"
-            self.ensure(name, when, action, **options)  # type: ignore[arg-type]
-            return action
-
-        return declare
+        action: Callable[..., object],
+        replace_existing: bool,
+        options: dict[str, Any],
+    ) -> None:
+        """``@scheduler.job`` on a durable scheduler: :meth:`ensure`, so a restart (or
+        another worker) keeps the stored task's cursor instead of starting it over."""
+        if not isinstance(name, str):
+            raise TypeError(f"task_id must be a str for a durable task, got {name!r}")
+        self.ensure(name, when, action, **options)
 
     # -- scheduling ------------------------------------------------------
 
