@@ -14,7 +14,7 @@ would not be):
 3. runs COMMAND with ``CADENCE_PG_DSN`` set to the server, and returns its
    exit status;
 4. stops the server (``pg_ctl stop -m fast``) and removes the directory,
-   whatever happened.
+   whatever happened (SIGTERM, SIGHUP and Ctrl-C included).
 
 When no server can be had (not root, no binaries), COMMAND runs without
 ``CADENCE_PG_DSN``: the PostgreSQL tests then skip, saying how to run them;
@@ -27,6 +27,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -107,6 +108,10 @@ class Server:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv:
         print("usage: postgres_server.py [--durable] -- COMMAND...", file=sys.stderr)
@@ -121,6 +126,8 @@ def main(argv: list[str]) -> int:
         print("postgres_server: no PostgreSQL here; its tests will skip", file=sys.stderr)
         return subprocess.call(command, env=env)
     server = Server(bindir, durable=durable)
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # stopped from outside: still clean up
+        signal.signal(signum, _exit)
     server.start()
     try:
         env["CADENCE_PG_DSN"] = server.dsn
