@@ -42,12 +42,14 @@ def binaries() -> Path | None:
     if not found and os.geteuid() == 0 and shutil.which("apt-get"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         print("postgres_server: installing Debian's postgresql package", file=sys.stderr)
+        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
         subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "postgresql"],
-            check=True,
-            env=env,
-        )
+        # No default cluster: the package would create and start one on port 5432,
+        # left running after the tests. Ours lives in a temporary directory.
+        subprocess.run([*install, "postgresql-common"], check=True, env=env)
+        with open("/etc/postgresql-common/createcluster.conf", "a") as conf:
+            conf.write("\ncreate_main_cluster = false\n")
+        subprocess.run([*install, "postgresql"], check=True, env=env)
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version)
     return Path(found[-1]).parent if found else None
 
