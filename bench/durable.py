@@ -339,6 +339,33 @@ def _last_start_time(path: str) -> float:
     return os.stat(path).st_mtime
 
 
+def wakeup(make_store: Callable[[], Any], samples: int = 30) -> list[float]:
+    """Seconds from another node's schedule call (a run due now) to this node starting it.
+
+    Two schedulers with their own connections: this one's runner sleeps with
+    nothing due; the other schedules; the run's start is timed.
+    """
+    started: list[float] = []
+    node = DurableScheduler(make_store())
+    node.register("bench.wake", lambda: started.append(time.time()))
+    other = DurableScheduler(make_store())
+    other.register("bench.wake", node._actions["bench.wake"])
+    gaps = []
+    with Runner(node):
+        time.sleep(0.3)  # asleep, nothing due
+        for k in range(samples):
+            sent = time.time()
+            other.schedule_once(f"wake{k}", 0, "bench.wake", args=[])
+            deadline = time.monotonic() + 10
+            while len(started) <= k and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            gaps.append(started[k] - sent)
+            time.sleep(0.05 + 0.1 * (k % 3) / 3)  # not in step with the poll
+    node.store.close()
+    other.store.close()
+    return gaps
+
+
 def startup(directory: str, rows: int = 1_000_000) -> float:
     """Seconds from opening a store of ``rows`` tasks to the first claim."""
     path = _fresh(directory, "startup.db")
@@ -409,6 +436,18 @@ def main() -> None:
                     throughput.setdefault(f"{name} | PostgreSQL", []).append(value)
                     print(f"{name} PostgreSQL: {value:,.0f} runs/s", file=sys.stderr)
         results["throughput"] = throughput
+        wake = {
+            "SQLite": wakeup(lambda: SQLiteStore(_fresh(directory, "wake.db")[:-7] + "wake.db"))
+        }
+        if PG:
+            import uuid
+
+            from cadence.store import PostgresStore
+
+            prefix = f"wake{uuid.uuid4().hex[:8]}_"
+            wake["PostgreSQL"] = wakeup(lambda: PostgresStore(PG, prefix=prefix))
+        results["wakeup"] = wake
+        print(f"wake-up: {wake}", file=sys.stderr)
         gaps = failover(directory)
         results["failover"] = gaps
         print(f"failover: {gaps}", file=sys.stderr)
@@ -446,6 +485,15 @@ def write(results: dict[str, Any]) -> None:
             "",
             "PostgreSQL: a server on loopback started by `tests/postgres_server.py --durable` "
             "(fsync on, default settings otherwise), one process.",
+        ]
+    for name, values in results.get("wakeup", {}).items():
+        ordered = sorted(values)
+        lines += [
+            "",
+            f"Wake-up of a sleeping node for a run another node schedules due now, {name} "
+            f"({len(ordered)} samples): p50 {1000 * statistics.median(ordered):.1f} ms, "
+            f"p99 {1000 * ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]:.1f} "
+            f"ms.",
         ]
     gaps = sorted(results["failover"])
     p99 = gaps[min(len(gaps) - 1, round(0.99 * (len(gaps) - 1)))]

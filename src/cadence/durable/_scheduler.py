@@ -995,15 +995,19 @@ class DurableScheduler(Scheduler):
         last_beat = -float("inf")
         seen = None
         self._warn_unknown()
-        while not self._keeper_stop.wait(min(self._poll, beat_every)):
+        interval = min(self._poll, beat_every)
+        while not self._keeper_stop.is_set():
+            began = time.monotonic()
             try:
+                # Blocks up to `interval` on a store that hears of changes (PostgreSQL's
+                # LISTEN): another node's write wakes this one at once.
+                version = self._store.changes(interval)
                 now = _validate.time_from("the clock", self._clock())
                 if now - last_beat >= beat_every:
                     self._heartbeat(now)
                     last_beat = now
                 if self._deferred and time.monotonic() - self._deferred_since > MAX_DEFER:
                     self._flush()
-                version = self._store.changes()
                 if version != seen:
                     seen = version
                     head = self.next_run_time()
@@ -1011,6 +1015,7 @@ class DurableScheduler(Scheduler):
                         self._wake(head)
             except Exception:
                 logger.exception("heartbeat failed; retrying")
+            self._keeper_stop.wait(max(0.0, interval - (time.monotonic() - began)))
 
     def _warn_unknown(self) -> None:
         """Say which stored actions this process will leave to others (it cannot run them)."""

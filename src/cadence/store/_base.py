@@ -299,8 +299,12 @@ class Store(Protocol):
         """The task's latest ``limit`` outcomes, newest first."""
         ...
 
-    def changes(self) -> int:
-        """A number that changes when another connection or process commits a write."""
+    def changes(self, wait: float = 0.0) -> int:
+        """A number that changes when another connection or process commits a write.
+
+        A store that is told of changes (PostgreSQL: ``LISTEN``) waits up to
+        ``wait`` seconds for one; a store that must be polled returns at once.
+        """
         ...
 
     def now(self) -> Time | None:

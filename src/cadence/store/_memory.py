@@ -145,8 +145,8 @@ class MemoryStore(StoreBase):
             mine = [o for o in self._outcomes.values() if o.task_id == task_id]
         return list(reversed(mine))[:limit]
 
-    def changes(self) -> int:
-        """See :meth:`cadence.store.Store.changes`."""
+    def changes(self, wait: float = 0.0) -> int:
+        """See :meth:`cadence.store.Store.changes` (returns at once)."""
         return self._version
 
     def now(self) -> Time | None:

@@ -463,14 +463,18 @@ class PostgresStore(StoreBase):
             for t, s, a, f, at, r, e, st, fi, sk, o, v in found
         ]
 
-    def changes(self) -> int:
-        """A count of the other nodes' notifications (``LISTEN``), read without waiting."""
+    def changes(self, wait: float = 0.0) -> int:
+        """A count of the other nodes' notifications (``LISTEN``); waits up to ``wait``
+        seconds for the first, then takes those already there."""
         try:
             listener = self._listener
             if listener is None or listener.closed or listener.broken:
                 listener = self._listener = self._connect()
                 listener.execute(f"LISTEN {self._channel}")
                 self._notified += 1  # (re)connected: notifications may have been missed
+                return self._notified
+            for _ in listener.notifies(timeout=wait, stop_after=1):
+                self._notified += 1
             for _ in listener.notifies(timeout=0):
                 self._notified += 1
         except psycopg.OperationalError:

@@ -371,8 +371,11 @@ class SQLiteStore(StoreBase):
         )
         return [OutcomeRow(*r) for r in found.fetchall()]
 
-    def changes(self) -> int:
-        """``PRAGMA data_version`` of this thread's connection: moves when others commit."""
+    def changes(self, wait: float = 0.0) -> int:
+        """``PRAGMA data_version`` of this thread's connection: moves when others commit.
+
+        Polled: returns at once, whatever ``wait``.
+        """
         return int(self._db().execute("PRAGMA data_version").fetchone()[0])
 
     def now(self) -> None:
