@@ -231,6 +231,60 @@ def cadence_pg_drain(group: bool) -> float:
     return rate
 
 
+_WORKER = """
+import sys, threading
+from cadence import DurableScheduler, Runner
+from cadence.store import PostgresStore
+sched = DurableScheduler(PostgresStore(sys.argv[1], prefix=sys.argv[2]), batch=32)
+print("ready", flush=True)
+sys.stdin.readline()  # go
+runner = Runner(sched)
+runner.start()
+sys.stdin.readline()  # stop
+runner.stop()
+"""
+
+
+def cadence_pg_processes(processes: int = 4) -> float:
+    """Runs/s of ``processes`` runner processes sharing one PostgreSQL schedule."""
+    import uuid
+
+    import psycopg
+
+    from cadence.store import PostgresStore
+
+    assert PG is not None
+    prefix = f"bench{uuid.uuid4().hex[:8]}_"
+    _seed(PostgresStore(PG, prefix=prefix))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WORKER, PG, prefix], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        for _ in range(processes)
+    ]  # fmt: skip
+    for proc in procs:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+    with psycopg.connect(PG, autocommit=True) as c:
+        start = time.perf_counter()
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        count = 0
+        while count < N:
+            time.sleep(0.01)
+            found = c.execute(f"SELECT count(*) FROM {prefix}outcomes").fetchone()
+            count = 0 if found is None else found[0]
+        elapsed = time.perf_counter() - start
+        for proc in procs:
+            proc.communicate("\n", timeout=60)
+        for table in ("tasks", "outcomes", "meta"):
+            c.execute(f"DROP TABLE {prefix}{table}")
+        c.execute(f"DROP SEQUENCE {prefix}seq")
+    return N / elapsed
+
+
 def apscheduler_drain(directory: str, sync: str) -> float | None:
     """Runs/s of APScheduler 3 (BackgroundScheduler, SQLAlchemyJobStore on SQLite)."""
     try:
@@ -429,6 +483,7 @@ def main() -> None:
                     ("floor, commit per 32", lambda _: pg_floor_drain(False)),
                     ("cadence, commit per run", lambda _: cadence_pg_drain(False)),
                     ("cadence, group commit", lambda _: cadence_pg_drain(True)),
+                    ("cadence, group commit, 4 processes", lambda _: cadence_pg_processes(4)),
                 ]
                 for name, run in pg_runs:
                     value = run("PostgreSQL")
