@@ -539,7 +539,7 @@ def write(results: dict[str, Any]) -> None:
         lines += [
             "",
             "PostgreSQL: a server on loopback started by `tests/postgres_server.py --durable` "
-            "(fsync on, default settings otherwise), one process.",
+            "(fsync on, default settings otherwise); one process unless the row says otherwise.",
         ]
     for name, values in results.get("wakeup", {}).items():
         ordered = sorted(values)
