@@ -29,7 +29,6 @@ from cadence.cli._jobfile import JobFileError, duration, instant, load, local_zo
 from cadence.store import StoreError, open_store
 
 DEFAULT_STORE = "sqlite:///cadence.db"
-log = logging.getLogger("cadence.cli")
 
 
 class CliError(Exception):

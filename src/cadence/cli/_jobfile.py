@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,6 @@ class Job:
     retry: Backoff | None = None
     misfire: Misfire | None = None
     timeout: float | None = None
-    spec: dict[str, Any] = field(default_factory=dict)
 
     def options(self) -> dict[str, Any]:
         """Keyword arguments for ``DurableScheduler.ensure``/``Scheduler.schedule``."""
@@ -229,7 +228,7 @@ def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
     misfire = _misfire(raw["misfire"], key("misfire")) if "misfire" in raw else None
     if misfire is not None and kinds[0] == "at":
         raise JobFileError(f"{key('misfire')}: a one-off ('at') job has no missed slots")
-    return Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout, raw)
+    return Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout)
 
 
 def _when(raw: dict[str, Any], kind: str, tz: tzinfo, key: Any) -> Schedule:

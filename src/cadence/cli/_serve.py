@@ -44,7 +44,7 @@ def serve(
     runner = Runner(sched, executor=pool)
     try:
         runner.start()
-        view = _live(sched, jobs) if live else None
+        view = _live(sched) if live else None
         try:
             while not stop.wait(0.5):
                 if view is not None:
@@ -68,8 +68,8 @@ def serve(
 class _View:
     """The live view: a table redrawn in place."""
 
-    def __init__(self, sched: DurableScheduler, jobs: list[Job], live: Any, table: Any) -> None:
-        self._sched, self._jobs, self._live, self._table = sched, jobs, live, table
+    def __init__(self, sched: DurableScheduler, live: Any, table: Any) -> None:
+        self._sched, self._live, self._table = sched, live, table
 
     def refresh(self) -> None:
         self._live.update(self._render())
@@ -101,7 +101,7 @@ class _View:
         return table
 
 
-def _live(sched: DurableScheduler, jobs: list[Job]) -> _View | None:
+def _live(sched: DurableScheduler) -> _View | None:
     """The live view if ``rich`` is installed; else ``None`` (plain log lines)."""
     try:
         from rich.console import Console
@@ -116,6 +116,6 @@ def _live(sched: DurableScheduler, jobs: list[Job]) -> _View | None:
     root.handlers[:] = [RichHandler(console=console, show_path=False)]
     live = Live(console=console, refresh_per_second=2, transient=False)
     live.start()
-    view = _View(sched, jobs, live, Table)
+    view = _View(sched, live, Table)
     view.refresh()
     return view
