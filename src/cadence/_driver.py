@@ -257,11 +257,17 @@ class Driver:
         reported = False
 
         def then(outcome: RunOutcome) -> None:
+            # Reporting is part of the run, on whichever thread it happens (a durable
+            # scheduler may report a held-back completion from its heartbeat thread):
+            # a stop() from on_outcome there must not wait for the report it is in.
             nonlocal reported
             reported = True
+            inside = self._is_inside()
+            self._inside.active = True
             try:
                 self._report(outcome, finished)
             finally:
+                self._inside.active = inside
                 self._finished(was_running=True)
 
         try:

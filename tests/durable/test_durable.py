@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -542,3 +543,29 @@ def test_the_job_decorator_declares_with_ensure(store: Store) -> None:
     assert again.next_run_time("tests.durable.jobs.noop") == 30  # its place is kept
     with pytest.raises(TypeError, match="task_id must be a str"):
         again.job(FixedRate(10), task_id=3)(jobs.noop)
+
+
+def test_stop_from_on_outcome_of_a_held_back_completion_does_not_hang(tmp_path: Path) -> None:
+    """A completion held back for a group commit is reported by the heartbeat thread
+    when the batch stalls; an on_outcome that stops the runner there must not wait
+    for the very reports it is part of."""
+    sched = DurableScheduler(SQLiteStore(tmp_path / "h.db"), batch=4, poll=0.01)
+    sched.register("quick", jobs.noop)
+    sched.register("slow", _slow)
+    sched.schedule_once("a", 0, "quick")
+    sched.schedule_once("b", 0.001, "slow")
+    sched.schedule_once("c", 0.002, "quick")
+    time.sleep(0.01)  # all three due: claimed in one batch, "a" held back while "b" runs
+    stopped = threading.Event()
+    runners: list[Runner] = []
+
+    def stop_on_first(outcome: Any) -> None:
+        if outcome.task_id == "a":
+            runners[0].stop()
+            stopped.set()
+
+    runner = Runner(sched, on_outcome=stop_on_first)
+    runners.append(runner)
+    runner.start()
+    assert stopped.wait(10), "stop() from on_outcome hung"
+    assert runner.stop(wait=True, timeout=10)
