@@ -116,3 +116,38 @@ class Cluster:
         assert len({o.slot for o in coalesce}) == len(coalesce)
         assert history["skip"][0].skipped >= 10
         assert all(n == 1 for n in self.completions().values())
+
+    def rolling_deploy(self) -> None:
+        """A rolling deploy: tasks of an action only the new version registers wait,
+        untouched, beside an old node (which runs the rest); a new node runs them.
+        Nothing is deleted; no task of the new action is started on the old node."""
+        new = "deploy.effect"  # the name the new version registers
+        self.sched.register(new, _effect)
+        old_ids, new_ids = [f"old{i}" for i in range(5)], [f"new{i}" for i in range(5)]
+        for task_id in old_ids:
+            self.sched.schedule_once(task_id, 0, EFFECT, args=[])
+        for task_id in new_ids:
+            self.sched.schedule_once(task_id, 0, new, args=[])
+        old = self.spawn(LEASE="1")
+        time.sleep(0.5)
+        deadline = time.monotonic() + 20
+        while not self.done(old_ids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the old node has had every chance to touch the new tasks
+        untouched = {row.task_id: row for row in self.sched.store.rows() if row.action == new}
+        assert sorted(untouched) == new_ids  # nothing deleted
+        assert all(r.status == "scheduled" and r.fence == 0 for r in untouched.values())
+        assert not any(self.sched.history(i) for i in new_ids)
+        newer = self.spawn(LEASE="1", ACTIONS=f"{new}={EFFECT}")
+        deadline = time.monotonic() + 20
+        while not self.done(new_ids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.check(old_ids + new_ids)
+        owners = {i: self.sched.history(i)[0].owner or "" for i in old_ids + new_ids}
+        assert all(str(old.pid) in owners[i] for i in old_ids)
+        assert all(str(newer.pid) in owners[i] for i in new_ids)
+        assert all(n == 1 for n in self.starts().values())  # no fault: no duplicate start
+
+
+def _effect() -> None:
+    """Stands for the new version's function in the scheduling process (never run here)."""

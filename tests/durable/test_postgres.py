@@ -124,6 +124,11 @@ def test_all_nodes_down_for_ten_periods_then_restarted(nodes: Cluster) -> None:
     nodes.downtime()
 
 
+def test_a_rolling_deploy_leaves_a_new_action_to_the_nodes_that_know_it(nodes: Cluster) -> None:
+    """See ``cluster.rolling_deploy``."""
+    nodes.rolling_deploy()
+
+
 def test_four_nodes_declaring_the_same_startup_tasks_make_one_row_each(nodes: Cluster) -> None:
     from cadence.store import PostgresStore
 

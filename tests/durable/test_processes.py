@@ -104,6 +104,13 @@ def test_restart_after_ten_periods_of_downtime_applies_misfire_once(cluster: Clu
     cluster.downtime()
 
 
+def test_a_rolling_deploy_leaves_a_new_action_to_the_processes_that_know_it(
+    cluster: Cluster,
+) -> None:
+    """See ``cluster.rolling_deploy``."""
+    cluster.rolling_deploy()
+
+
 def test_a_poison_pill_fails_after_max_expiries_and_the_schedule_goes_on(
     cluster: Cluster,
 ) -> None:

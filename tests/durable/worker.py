@@ -3,7 +3,9 @@
 ``python -m tests.durable.worker DB`` runs due tasks until SIGTERM (or for
 $RUN_FOR seconds); DB is a SQLite file, or ``pg:PREFIX`` for the tables with
 that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
-(seconds) sets the node's clock that far off. $LEASE sets the lease (seconds); $KILL_AT makes the
+(seconds) sets the node's clock that far off. $ACTIONS registers names
+(``name=module:function,...``), as a deployed version of an application
+would. $LEASE sets the lease (seconds); $KILL_AT makes the
 process SIGKILL itself at one step of its first run: ``claimed`` (just after
 the claim committed), ``completing`` (after the action, before the
 completion's transaction) or ``committing`` (inside that transaction, before
@@ -20,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cadence import DurableScheduler, Runner
+from cadence.durable._codec import resolve_path
 from cadence.store import Change, Edit, Known, SQLiteStore, TaskRow
 
 
@@ -74,6 +77,9 @@ def main() -> None:
         poll=0.05,
         batch=1,
     )
+    for entry in filter(None, os.environ.get("ACTIONS", "").split(",")):
+        name, path = entry.split("=")
+        sched.register(name, resolve_path(path))
     run_for = float(os.environ.get("RUN_FOR", "0"))
     runner = Runner(sched)
     if run_for:
