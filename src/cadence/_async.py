@@ -189,6 +189,9 @@ class AsyncRunner(Driver):
     def _on_new_head(self, head: Time) -> None:
         self._wake()
 
+    def _poke(self) -> None:
+        self._wake()
+
     def _wake(self) -> None:
         """Ask the loop to re-check the queue soon; coalesced, callable from any thread."""
         loop = self._loop
@@ -225,7 +228,7 @@ class AsyncRunner(Driver):
             self._clock_failed = False
             self._timer = self._loop.call_later(CLOCK_RETRY, self._dispatch)
             return
-        if head is None:
+        if head is None or self._full:  # nothing due, or every worker busy (see _poke)
             return
         delay = head - self._now()
         if self._clock_failed:

@@ -83,6 +83,11 @@ class Driver:
         self._scheduler = scheduler
         self._clock = scheduler.clock
         self._executor = executor
+        # A pool's size, if it tells (ThreadPoolExecutor does): a scheduler whose
+        # claims hold leases is asked for no more runs than there are free workers.
+        workers = getattr(executor, "_max_workers", None) if scheduler._leases else None
+        self._workers: int | None = workers if isinstance(workers, int) else None
+        self._full = False  # claims held back: every worker busy (see _room)
         self._on_outcome = on_outcome
         self._stats = Stats()
         # Work in flight: claimed runs not yet completed (queued + running).
@@ -133,7 +138,10 @@ class Driver:
             with self._gate:
                 if self._stopping:
                     return
-                task = scheduler._claim(self._now(), queued=queued)
+                room = self._room()
+                if room is not None and room <= 0:
+                    return  # a worker that frees up pokes the loop (see _finished)
+                task = scheduler._claim(self._now(), queued=queued, room=room)
                 if task is None:
                     return
                 self._claimed(queued=queued)
@@ -148,6 +156,10 @@ class Driver:
 
     def _run_here(self, task: Task) -> None:
         """Execute a claimed run on the calling thread."""
+        raise NotImplementedError
+
+    def _poke(self) -> None:
+        """Have the dispatcher look for due runs again soon (any thread)."""
         raise NotImplementedError
 
     def _halt(self) -> None:
@@ -187,6 +199,20 @@ class Driver:
             else:
                 self._queued -= 1
             self._flight.notify_all()
+            full, self._full = self._full, False
+        if full:  # a worker is free: claim again
+            self._poke()
+
+    def _room(self) -> int | None:
+        """Free workers of a pool whose claims are bounded (see ``Scheduler._leases``),
+        else ``None`` (no bound). When none is free, :attr:`_full` holds the dispatcher
+        back (no claim, no busy loop) until a run finishes. O(1)."""
+        if self._workers is None:
+            return None
+        with self._flight_lock:
+            room = self._workers - self._queued - self._running
+            self._full = room <= 0
+            return room
 
     def _in_flight(self) -> int:
         with self._flight_lock:

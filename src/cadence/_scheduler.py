@@ -143,6 +143,11 @@ class Scheduler:
 
     __slots__ = ("_clock", "_engine", "_epoch", "_hooks", "_listeners", "_lock", "_plain_code")
 
+    _leases = False
+    """Whether a claimed run holds a lease in a store (a durable scheduler): then a
+    runner with a pool claims only as many runs as it has free workers, leaving
+    the rest to other nodes."""
+
     def __init__(
         self,
         clock: Clock = time.monotonic,
@@ -779,8 +784,13 @@ class Scheduler:
                 self._complete(task, exc, now, now)
             raise
 
-    def _claim(self, now: Time, *, queued: bool = False) -> Task | None:
-        """Claim the earliest run due at ``now`` (for runners)."""
+    def _claim(self, now: Time, *, queued: bool = False, room: int | None = None) -> Task | None:
+        """Claim the earliest run due at ``now`` (for runners).
+
+        ``room`` (free workers of the runner's pool, ``None``: no bound)
+        matters only where a claimed run holds something (see
+        :attr:`_leases`); in memory a waiting claimed run costs nothing.
+        """
         return self._locked(lambda: self._engine.claim(now, queued=queued))
 
     def _start(self, task: Task) -> bool:

@@ -31,7 +31,7 @@ from cadence.cron import Cron
 from cadence.durable import LeaseExpired, StoredError
 from cadence.store import MemoryStore, SQLiteStore, Store, StoreError, open_store
 from tests.durable import jobs
-from tests.helpers import Collector, rows
+from tests.helpers import Collector, rows, wait_until
 
 NOOP = "tests.durable.jobs:noop"
 
@@ -382,6 +382,55 @@ def test_the_thread_runner_and_its_pool_drive_a_durable_scheduler(
         executor.shutdown()
     assert sorted(o.value for o in done.outcomes) == list(range(1, 21))  # type: ignore[type-var]
     assert all(sched.status(f"t{i}") is Status.DONE for i in range(20))
+
+
+@pytest.mark.parametrize("runner", ["thread", "async"])
+def test_a_pool_claims_no_more_runs_than_it_has_free_workers(store: Store, runner: str) -> None:
+    """Runs a node's pool could not start soon are left to other nodes: with 2
+    busy workers, 2 rows are leased; the other node takes the next; a worker
+    freed by a finished run has the runner claim again (no busy loop meanwhile)."""
+    gate = threading.Event()
+    started: list[str] = []
+
+    def hold(name: str) -> None:
+        started.append(name)
+        gate.wait(10)
+
+    sched = DurableScheduler(store, batch=16)
+    sched.register("hold", hold)
+    for i in range(6):
+        sched.schedule_once(f"t{i}", 0, "hold", args=[f"t{i}"])
+    done = Collector()
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+
+    def leased() -> list[str]:
+        return sorted(r.task_id for r in store.rows() if r.owner is not None)
+
+    def check() -> None:
+        wait_until(lambda: len(started) == 2, timeout=10)
+        time.sleep(0.2)  # had it claimed more, they would show
+        assert leased() == ["t0", "t1"]
+        other = DurableScheduler(store, node="other")
+        other.register("hold", hold)
+        taken = other._claim(time.time(), room=1)
+        assert taken is not None
+        assert taken.task_id == "t2"  # left for another node
+        other._complete(taken, None, time.time(), time.time())
+        gate.set()
+        assert done.wait_for(5, timeout=10)
+
+    if runner == "thread":
+        with Runner(sched, executor=pool, on_outcome=done):
+            check()
+    else:
+
+        async def main() -> None:
+            async with AsyncRunner(sched, executor=pool, on_outcome=done):
+                await asyncio.to_thread(check)
+
+        asyncio.run(main())
+    pool.shutdown()
+    assert sorted(str(o.task_id) for o in done.outcomes) == ["t0", "t1", "t3", "t4", "t5"]
 
 
 def test_the_async_runner_drives_a_durable_scheduler(tmp_path: Path) -> None:

@@ -96,6 +96,8 @@ class DurableScheduler(Scheduler):
     included), and what ``store.open()`` raises.
     """
 
+    _leases = True
+
     __slots__ = (
         "_actions",
         "_batch",
@@ -643,8 +645,11 @@ class DurableScheduler(Scheduler):
         own = self._store.now()
         return now if own is None else own
 
-    def _claim(self, now: Time, *, queued: bool = False) -> Held | None:
-        """The next run for a runner: from this node's claimed batch, else a new claim.
+    def _claim(self, now: Time, *, queued: bool = False, room: int | None = None) -> Held | None:
+        """The next run for a runner: from this node's claimed batch, else a new claim
+        of up to ``batch`` runs, and no more than ``room`` (the free workers of the
+        runner's pool, if it has one: runs no worker here could start soon are left
+        to other nodes).
 
         If the store cannot be reached, the error is logged and nothing is
         claimed; :meth:`next_run_time` then has the runner try again after
@@ -652,14 +657,14 @@ class DurableScheduler(Scheduler):
         having run out).
         """
         try:
-            return self._claim_next(now)
+            return self._claim_next(now, self._batch if room is None else min(room, self._batch))
         except Exception:
             if not self._outage:
                 logger.exception("the store cannot be reached; retrying every %gs", STORE_RETRY)
             self._outage = True
             return None
 
-    def _claim_next(self, now: Time) -> Held | None:
+    def _claim_next(self, now: Time, limit: int) -> Held | None:
         now = self._store_time(now)
         with self._hold:
             while self._buffer:
@@ -670,7 +675,7 @@ class DurableScheduler(Scheduler):
                     return task
                 task.lost = True  # not renewed in time: someone may have it now
                 logger.warning("task %r: lease ran out before its run started", task.task_id)
-        claimed = self._claim_from_store(now, self._batch)
+        claimed = self._claim_from_store(now, limit)
         if self._outage:
             logger.warning("the store is reachable again")
             self._outage = False
