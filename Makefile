@@ -36,8 +36,10 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-$(VENV)/.bench: $(STAMP)
+$(VENV)/.bench: $(STAMP) bench/peer_drains/requirements-aps4.txt
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	test -x .venv-aps4/bin/python || $(PYTHON) -m venv .venv-aps4
+	.venv-aps4/bin/python -m pip install --quiet -r bench/peer_drains/requirements-aps4.txt
 	touch $(VENV)/.bench
 
 # Rewrites bench/results/ (tables, JSON, plot): about 20 minutes.
@@ -48,4 +50,4 @@ bench: $(VENV)/.bench
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/durable.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-aps4 .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -11,7 +11,9 @@ Run: ``python bench/durable.py`` (writes ``bench/results/durable.md`` and ``.jso
   (``../shared/bench/durable-floor/``'s shape: no scheduling logic at all),
   and for APScheduler 3 with ``SQLAlchemyJobStore`` on SQLite (the peer users
   run today), all on one SQLite file in WAL mode, ``synchronous=FULL`` and
-  ``NORMAL``.
+  ``NORMAL``; on PostgreSQL beside its floor, APScheduler 4 (pre-release,
+  ``SQLAlchemyDataStore``, in a virtualenv of its own) and procrastinate
+  (``bench/peer_drains/``), one process and four.
 * **Failover**: two worker processes, a lease of 1 s; the one running a task
   is SIGKILLed mid-run; time until the other starts that run.
 * **Start-up**: 10^6 stored tasks; time from opening the store to the first
@@ -285,6 +287,33 @@ def cadence_pg_processes(processes: int = 4) -> float:
     return N / elapsed
 
 
+PEER_N = min(N, int(os.environ.get("PEER_N", "1000")))
+"""Runs drained by each PostgreSQL peer (they are slow: a smaller N keeps the run short)."""
+
+APS4_PYTHON = os.environ.get("APS4_PYTHON", str(ROOT / ".venv-aps4" / "bin" / "python"))
+"""A Python with APScheduler 4 installed (``make bench`` makes that virtualenv: it cannot
+share one with APScheduler 3)."""
+
+
+def peer_drain(script: str, python: str, processes: int) -> float | None:
+    """Runs/s of a PostgreSQL peer (``bench/peer_drains/SCRIPT.py``) draining PEER_N runs
+    with ``processes`` worker processes; ``None`` if ``python`` is missing."""
+    if not os.path.exists(python):
+        print(f"{script}: {python} not found, not measured", file=sys.stderr)
+        return None
+    assert PG is not None
+    done = subprocess.run(
+        [python, str(ROOT / "bench" / "peer_drains" / f"{script}.py"), PG, str(PEER_N),
+         str(processes)],
+        capture_output=True, text=True, check=True, timeout=1800,
+    )  # fmt: skip
+    return float(done.stdout.split()[-1])
+
+
+def _peer(script: str, python: str, processes: int) -> Callable[[str], float | None]:
+    return lambda _: peer_drain(script, python, processes)
+
+
 def apscheduler_drain(directory: str, sync: str) -> float | None:
     """Runs/s of APScheduler 3 (BackgroundScheduler, SQLAlchemyJobStore on SQLite)."""
     try:
@@ -463,7 +492,7 @@ def startup(directory: str, rows: int = 1_000_000) -> float:
 
 
 def main() -> None:
-    results: dict[str, Any] = {"N": N, "rounds": ROUNDS}
+    results: dict[str, Any] = {"N": N, "rounds": ROUNDS, "peer_N": PEER_N}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as directory:
         throughput: dict[str, list[float]] = {}
         for _ in range(ROUNDS):
@@ -493,9 +522,17 @@ def main() -> None:
                     ("cadence, group commit", lambda _: cadence_pg_drain(True)),
                     ("cadence, group commit, 4 processes", lambda _: cadence_pg_processes(4)),
                 ]
+                for procs, label in ((1, "1 process"), (4, "4 processes")):
+                    pg_runs += [
+                        (f"APScheduler 4 + SQLAlchemyDataStore, {label}",
+                         _peer("aps4", APS4_PYTHON, procs)),
+                        (f"procrastinate, {label}",
+                         _peer("procrastinate_drain", sys.executable, procs)),
+                    ]  # fmt: skip
                 for name, run in pg_runs:
                     value = run("PostgreSQL")
-                    assert value is not None
+                    if value is None:
+                        continue
                     throughput.setdefault(f"{name} | PostgreSQL", []).append(value)
                     print(f"{name} PostgreSQL: {value:,.0f} runs/s", file=sys.stderr)
         results["throughput"] = throughput
@@ -543,23 +580,33 @@ def write(results: dict[str, Any]) -> None:
         f"{platform.platform()}, CPython {platform.python_version()}, "
         f"SQLite {sqlite3.sqlite_version}",
         "",
-        "| what | store | runs/s (best) | median | x floor per run | x cadence per run |",
-        "|---|---|---|---|---|---|",
+        "| what | store | runs/s (best) | median | x floor per run | x cadence per run "
+        "| x APScheduler 4 | x procrastinate |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key, values in results["throughput"].items():
         name, sync = key.split(" | ")
         sync_shown = f"SQLite {sync}" if sync != "PostgreSQL" else sync
         floor = best[f"floor, commit per run | {sync}"]
         mine = best[f"cadence, commit per run | {sync}"]
+        # each PostgreSQL row beside the peers with as many processes
+        label = "4 processes" if "4 processes" in name else "1 process"
+        peers = [best.get(f"{peer}, {label} | {sync}") for peer in
+                 ("APScheduler 4 + SQLAlchemyDataStore", "procrastinate")]  # fmt: skip
+        ratios = " | ".join("" if p is None else f"{max(values) / p:.1f}" for p in peers)
         lines.append(
             f"| {name} | {sync_shown} | {max(values):,.0f} | {statistics.median(values):,.0f} | "
-            f"{max(values) / floor:.2f} | {max(values) / mine:.2f} |"
+            f"{max(values) / floor:.2f} | {max(values) / mine:.2f} | {ratios} |"
         )
     if PG:
         lines += [
             "",
             "PostgreSQL: a server on loopback started by `tests/postgres_server.py --durable` "
-            "(fsync on, default settings otherwise); one process unless the row says otherwise.",
+            "(fsync on, default settings otherwise); one process unless the row says otherwise. "
+            f"The peers drain {results.get('peer_N', N):,} runs each (`bench/peer_drains/`: "
+            "APScheduler 4.0.0a6's date schedules due now, procrastinate's deferred jobs), "
+            "with their documented multi-worker setups; each PostgreSQL row's peer ratios "
+            "compare with the peer's run with as many processes.",
         ]
     for name, values in results.get("wakeup", {}).items():
         ordered = sorted(values)
