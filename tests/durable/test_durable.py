@@ -533,6 +533,35 @@ def test_under_load_a_runner_group_commits_and_reports_only_durable_outcomes(
         assert store.flushes == [1] * 24
 
 
+def test_a_group_commit_decides_again_only_for_rows_that_changed(
+    store: Store, clock: ManualClock
+) -> None:
+    """One ``modify_many`` (on PostgreSQL: pipelined) of three completions decided in
+    advance: one written as decided, one whose row was paused meanwhile (decided again
+    from the row: it stays paused), one whose lease was taken over (fenced off)."""
+    sched = DurableScheduler(store, clock=clock, lease=100)
+    short = DurableScheduler(store, clock=clock, lease=5)  # a node with short leases
+    for name in "abc":
+        sched.schedule_at_fixed_rate(name, 0, 10, NOOP)
+    held = [node._claim(1000.0, room=1) for node in (sched, sched, short)]
+    assert [t.task_id for t in held if t is not None] == ["a", "b", "c"]
+    edits = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
+    assert sched.pause("b")  # the row changed: its decision in advance no longer holds
+    other = DurableScheduler(store, clock=clock, node="other", lease=5)
+    taken = other._claim(1006.0, room=1)  # c's lease ran out: taken over, fence bumped
+    assert taken is not None
+    assert taken.task_id == "c"
+    a, b, c = store.modify_many(edits)
+    assert a is not None
+    assert b is not None
+    assert c is None
+    assert [(o.task_id, o.result) for o in (a.value, b.value)] == [("a", "ok"), ("b", "ok")]
+    assert sched.next_run_time("a") == 1010
+    assert sched.is_paused("b")
+    assert [o.task_id for o in sched.history("c")] == []  # the stale holder wrote nothing
+    assert store.get("c").owner == "other"  # type: ignore[union-attr]
+
+
 class FlakyStore(SQLiteStore):
     """A SQLite store that fails every call while ``down`` (a database outage)."""
 

@@ -19,6 +19,7 @@ remains the safety net.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -180,10 +181,16 @@ class PostgresStore(StoreBase):
         with db.transaction():
             yield db
 
-    def _retrying(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``work`` in a transaction; again after a unique violation or a lost link."""
+    def _retrying(
+        self, work: Callable[[psycopg.Connection[Any]], T], *, transaction: bool = True
+    ) -> T:
+        """Run ``work`` in a transaction (else each of its statements is its own, which
+        saves the ``BEGIN`` and ``COMMIT`` round trips); again after a unique violation
+        or a lost link."""
         for attempt in range(RETRIES + 1):
             try:
+                if not transaction:
+                    return work(self._db())
                 with self._transaction() as db:
                     return work(db)
             except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
@@ -235,14 +242,32 @@ class PostgresStore(StoreBase):
     def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
         """See :meth:`cadence.store.Store.modify_many`.
 
+        Round trips: a lone completion decided in advance is one statement,
+        its own transaction (no ``BEGIN``/``COMMIT`` round trips); several
+        are sent together in one pipelined transaction, so a group commit
+        waits for the server about once, however many it holds. Anything
+        else reads, decides and writes inside a transaction.
+
         A commit whose outcome is unknown (the connection dropped during it)
         is resolved through the outcomes' key: if the first edit's outcome row
         exists, the transaction committed.
         """
         for attempt in range(RETRIES + 1):
             try:
-                with self._transaction() as db:
-                    return [self._edit(db, edit) for edit in edits]
+                db = self._db()
+                if len(edits) == 1:
+                    sent = self._send_expected(db, edits[0])  # autocommit: atomic alone
+                    done = None if sent is None else self._expected_done(db, edits[0], sent)
+                    if done is not None:
+                        return [done]
+                    with self._transaction() as db:  # (a version never comes back)
+                        return [self._decide_in(db, edits[0])]
+                with db.pipeline(), self._transaction() as db:
+                    sent_all = [self._send_expected(db, edit) for edit in edits]
+                    return [
+                        self._apply(db, edit, sent)
+                        for edit, sent in zip(edits, sent_all, strict=True)
+                    ]
             except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
                 if attempt == RETRIES:
                     raise
@@ -280,27 +305,53 @@ class PostgresStore(StoreBase):
             return None
         return [e.expect[1] if e.expect is not None else None for e in edits]
 
-    def _edit(self, db: psycopg.Connection[Any], edit: Edit) -> Change[Any] | None:
+    def _apply(
+        self, db: psycopg.Connection[Any], edit: Edit, sent: psycopg.Cursor[Any] | None
+    ) -> Change[Any] | None:
+        """One edit of a transaction: as sent in advance, else decided from the row."""
+        done = None if sent is None else self._expected_done(db, edit, sent)
+        return done if done is not None else self._decide_in(db, edit)
+
+    def _send_expected(
+        self, db: psycopg.Connection[Any], edit: Edit
+    ) -> psycopg.Cursor[Any] | None:
+        """Send a completion decided in advance (``None`` for any other edit): the
+        conditional UPDATE and the outcome's INSERT in one statement; nothing is
+        inserted unless the row was still at the expected version."""
+        task_id, _, fence, expect = edit
+        if expect is None or expect[1].outcome is None:
+            return None
+        version, decided = expect
+        new, outcome = decided.row, decided.outcome
+        assert new is not None
+        assert outcome is not None
+        new.version = version + 1
+        values = _values(new)
+        return db.execute(
+            _expected(self._p),
+            (*values[1:8], decided.requeued, *values[9:], task_id, fence, version,
+             *_outcome_values(outcome)),
+        )  # fmt: skip
+
+    def _expected_done(
+        self, db: psycopg.Connection[Any], edit: Edit, sent: psycopg.Cursor[Any]
+    ) -> Change[Any] | None:
+        """The change, if the statement :meth:`_send_expected` sent found its row as
+        expected (``None``: nothing was written; decide again from the row)."""
+        found = sent.fetchone()
+        if found is None:
+            return None
+        assert edit.expect is not None
+        decided = edit.expect[1]
+        assert decided.row is not None
+        decided.row.seq = found[0]
+        self._notify(db, decided.row)
+        return decided
+
+    def _decide_in(self, db: psycopg.Connection[Any], edit: Edit) -> Change[Any] | None:
+        """Read the row (locked), let ``edit.change`` decide, write: in ``db``'s transaction."""
         p = self._p
-        task_id, change, fence, expect = edit
-        if expect is not None and expect[1].outcome is not None:
-            # One round trip: the conditional UPDATE and the outcome's INSERT in one
-            # statement; nothing is inserted unless the row was still at that version.
-            version, decided = expect
-            new, outcome = decided.row, decided.outcome
-            assert new is not None
-            assert outcome is not None
-            new.version = version + 1
-            values = _values(new)
-            found = db.execute(
-                _expected(p),
-                (*values[1:8], decided.requeued, *values[9:], task_id, fence, version,
-                 *_outcome_values(outcome)),
-            ).fetchone()  # fmt: skip
-            if found is not None:
-                new.seq = found[0]
-                self._notify(db, new)
-                return decided
+        task_id, change, fence, _ = edit
         found = db.execute(
             f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = %s FOR UPDATE", (task_id,)
         ).fetchone()
@@ -379,7 +430,9 @@ class PostgresStore(StoreBase):
                     rows.append(row)
             return rows
 
-        return self._retrying(work)
+        # Each claim statement is atomic alone: claims of due runs and of expired leases
+        # need not share a transaction (a retry after a lost link only claims afresh).
+        return self._retrying(work, transaction=False)
 
     def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
         """See :meth:`cadence.store.Store.heartbeat`: all of a node's leases in one statement."""
@@ -488,6 +541,7 @@ def _outcome_values(o: OutcomeRow) -> tuple[Any, ...]:
             _num(o.started), _num(o.finished), o.skipped, o.owner, o.value)  # fmt: skip
 
 
+@functools.lru_cache(maxsize=16)
 def _expected(p: str) -> str:
     """The completion decided in advance: a conditional UPDATE (a new ``seq`` if the run
     was queued anew) and the outcome's INSERT, which happens only if the UPDATE did."""
@@ -505,10 +559,12 @@ def _expected(p: str) -> str:
     )
 
 
+@functools.lru_cache(maxsize=16)
 def _returning() -> str:
     return ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
 
 
+@functools.lru_cache(maxsize=16)
 def _update(p: str, condition: str) -> str:
     names = [name.strip() for name in _COLUMNS.split(",")][1:]
     sets = ", ".join(f"{n} = %s" for n in names)
