@@ -138,10 +138,9 @@ class Driver:
             with self._gate:
                 if self._stopping:
                     return
-                room = self._room()
-                if room is not None and room <= 0:
-                    return  # a worker that frees up pokes the loop (see _finished)
-                task = scheduler._claim(self._now(), queued=queued, room=room)
+                # room 0: only runs the scheduler already holds (a finishing run pokes
+                # the loop, see _finished)
+                task = scheduler._claim(self._now(), queued=queued, room=self._room())
                 if task is None:
                     return
                 self._claimed(queued=queued)
@@ -204,13 +203,22 @@ class Driver:
             self._poke()
 
     def _room(self) -> int | None:
-        """Free workers of a pool whose claims are bounded (see ``Scheduler._leases``),
-        else ``None`` (no bound). When none is free, :attr:`_full` holds the dispatcher
-        back (no claim, no busy loop) until a run finishes. O(1)."""
-        if self._workers is None:
+        """How many runs a pool whose claims are bounded (see ``Scheduler._leases``)
+        takes now, else ``None`` (no bound).
+
+        At most one pool's worth waits beyond the busy workers, and claims come in
+        chunks: nothing is claimed while more than ``workers`` runs are in flight,
+        then up to ``2 * workers`` minus those. So no worker idles while runs are
+        due, a claim (one commit) serves a pool's worth of runs, and the rest stay
+        claimable by other nodes. When nothing may be claimed, :attr:`_full` holds
+        the dispatcher back (no claim, no busy loop) until a run finishes. O(1).
+        """
+        workers = self._workers
+        if workers is None:
             return None
         with self._flight_lock:
-            room = self._workers - self._queued - self._running
+            in_flight = self._queued + self._running
+            room = 2 * workers - in_flight if in_flight <= workers else 0
             self._full = room <= 0
             return room
 

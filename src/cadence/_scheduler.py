@@ -145,8 +145,8 @@ class Scheduler:
 
     _leases = False
     """Whether a claimed run holds a lease in a store (a durable scheduler): then a
-    runner with a pool claims only as many runs as it has free workers, leaving
-    the rest to other nodes."""
+    runner with a pool claims runs in step with its workers (``Driver._room``),
+    leaving the rest to other nodes."""
 
     def __init__(
         self,
@@ -787,7 +787,7 @@ class Scheduler:
     def _claim(self, now: Time, *, queued: bool = False, room: int | None = None) -> Task | None:
         """Claim the earliest run due at ``now`` (for runners).
 
-        ``room`` (free workers of the runner's pool, ``None``: no bound)
+        ``room`` (what the runner's pool can take soon, ``None``: no bound)
         matters only where a claimed run holds something (see
         :attr:`_leases`); in memory a waiting claimed run costs nothing.
         """

@@ -647,9 +647,8 @@ class DurableScheduler(Scheduler):
 
     def _claim(self, now: Time, *, queued: bool = False, room: int | None = None) -> Held | None:
         """The next run for a runner: from this node's claimed batch, else a new claim
-        of up to ``batch`` runs, and no more than ``room`` (the free workers of the
-        runner's pool, if it has one: runs no worker here could start soon are left
-        to other nodes).
+        of up to ``batch`` runs, and no more than ``room`` (what the runner's pool,
+        if it has one, can start soon: the other due runs are left to other nodes).
 
         If the store cannot be reached, the error is logged and nothing is
         claimed; :meth:`next_run_time` then has the runner try again after
@@ -675,6 +674,8 @@ class DurableScheduler(Scheduler):
                     return task
                 task.lost = True  # not renewed in time: someone may have it now
                 logger.warning("task %r: lease ran out before its run started", task.task_id)
+        if limit <= 0:  # the runner's pool is busy: only runs claimed already
+            return None
         claimed = self._claim_from_store(now, limit)
         if self._outage:
             logger.warning("the store is reachable again")

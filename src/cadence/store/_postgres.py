@@ -435,23 +435,19 @@ class PostgresStore(StoreBase):
         return self._retrying(work, transaction=False)
 
     def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
-        """See :meth:`cadence.store.Store.heartbeat`: all of a node's leases in one statement."""
+        """See :meth:`cadence.store.Store.heartbeat`: all of a node's leases in one
+        statement (its own transaction), which also reports the rows it owns."""
         p = self._p
 
         def work(db: psycopg.Connection[Any]) -> dict[str, tuple[int, str]]:
-            db.execute(
-                f"UPDATE {p}tasks SET lease_until = %s WHERE owner = %s "
-                "AND status IN ('queued', 'running')",
-                (_num(now + lease), node),
-            )
             held = db.execute(
-                f"SELECT task_id, fence, status FROM {p}tasks WHERE owner = %s", (node,)
+                f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN ('queued', 'running') "
+                "THEN %s ELSE lease_until END WHERE owner = %s RETURNING task_id, fence, status",
+                (_num(now + lease), node),
             ).fetchall()
             return {task_id: (fence, status) for task_id, fence, status in held}
 
-        return self._retrying(work)
-
-    # -- reads -----------------------------------------------------------
+        return self._retrying(work, transaction=False)
 
     def next_due(self, node: str, known: Known) -> Time | None:
         """See :meth:`cadence.store.Store.next_due`."""
