@@ -14,7 +14,7 @@ import os
 import random
 import signal
 import subprocess
-import threading
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from cadence import DurableScheduler, FixedRate
-from tests.durable.cluster import EFFECT, Cluster
+from tests.durable.cluster import EFFECT, ROOT, Cluster
 from tests.helpers import wait_until
 
 
@@ -129,24 +129,38 @@ def test_a_rolling_deploy_leaves_a_new_action_to_the_nodes_that_know_it(nodes: C
     nodes.rolling_deploy()
 
 
-def test_four_nodes_declaring_the_same_startup_tasks_make_one_row_each(nodes: Cluster) -> None:
-    from cadence.store import PostgresStore
+_DECLARE = """
+import os, sys
+from cadence import DurableScheduler, FixedRate
+from cadence.store import PostgresStore
+store = PostgresStore(os.environ["CADENCE_PG_DSN"], prefix=sys.argv[1])
+s = DurableScheduler(store)
+sys.stdin.readline()  # all four start together
+for k in range(5):
+    s.ensure(f"job{k}", FixedRate(60), "tests.durable.jobs:effect", args=[])
+store.close()
+"""
 
-    def declare() -> None:
-        store = PostgresStore(nodes.env["CADENCE_PG_DSN"], prefix=nodes.target[3:])
-        try:
-            s = DurableScheduler(store)
-            for k in range(5):
-                s.ensure(f"job{k}", FixedRate(60), EFFECT, args=[])
-        finally:
-            store.close()
 
-    threads = [threading.Thread(target=declare) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert sorted(r.task_id for r in nodes.sched.store.rows()) == [f"job{k}" for k in range(5)]
+def test_four_processes_declaring_the_same_startup_tasks_make_one_row_each(
+    nodes: Cluster,
+) -> None:
+    """Four worker processes (gunicorn-style) each ``ensure`` the same five tasks at
+    once: one row each, nothing replaced."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _DECLARE, nodes.target[3:]], env=nodes.env,
+                         cwd=ROOT, stdin=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]  # fmt: skip
+    time.sleep(1.0)  # connected and waiting
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("\n")
+        proc.stdin.close()
+    assert [proc.wait(60) for proc in procs] == [0] * 4
+    rows = nodes.sched.store.rows()
+    assert sorted(r.task_id for r in rows) == [f"job{k}" for k in range(5)]
+    assert all(r.version == 0 for r in rows)  # declared once, never rewritten
 
 
 def test_a_node_cut_off_for_longer_than_its_lease_writes_nothing(
