@@ -20,6 +20,7 @@ matches, so a holder that lost its lease (crash, pause) writes nothing.
 
 from __future__ import annotations
 
+import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
@@ -35,6 +36,12 @@ COLUMNS = (
     "lease_until, expiries, version"
 )
 """The columns of a stored task, in :class:`TaskRow`'s order (the database stores' SQL)."""
+RUN_COLUMNS = "state, status, due, seq, owner, lease_until, expiries, version"
+"""The columns a completion decided in advance writes (:attr:`Edit.expect`): the only
+ones a run's end changes. The others (action, spec, paused, priority, fence) are those
+of the row as claimed, which the ``version`` check guarantees are still the stored ones."""
+
+
 OUTCOME_COLUMNS = (
     "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner, value"
 )
@@ -83,6 +90,14 @@ class TaskRow:
     def copy(self) -> TaskRow:
         """A copy that shares nothing mutable with this row. O(size of the JSON)."""
         return replace(self, spec=_deep(self.spec), state=_deep(self.state), spec_text=None)
+
+
+def run_values(row: TaskRow, encode: Callable[[Any], Any] = lambda t: t) -> tuple[Any, ...]:
+    """``row``'s values for :data:`RUN_COLUMNS`, times through ``encode``."""
+    return (
+        json.dumps(row.state, allow_nan=False), row.status, encode(row.due), row.seq,
+        row.owner, encode(row.lease_until), row.expiries, row.version,
+    )  # fmt: skip
 
 
 def _deep(value: Any) -> Any:

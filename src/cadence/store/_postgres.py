@@ -39,7 +39,18 @@ from cadence._types import Time
 
 from ._base import COLUMNS as _COLUMNS
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
-from ._base import Change, Edit, Known, OutcomeRow, StoreBase, StoreError, TaskRow, migrate
+from ._base import (
+    RUN_COLUMNS,
+    Change,
+    Edit,
+    Known,
+    OutcomeRow,
+    StoreBase,
+    StoreError,
+    TaskRow,
+    migrate,
+    run_values,
+)
 
 T = TypeVar("T")
 
@@ -326,11 +337,11 @@ class PostgresStore(StoreBase):
         assert new is not None
         assert outcome is not None
         new.version = version + 1
-        values = _values(new)
+        state, status, due, _, owner, until, expiries, version_ = run_values(new, _num)
         return db.execute(
             _expected(self._p),
-            (*values[1:8], decided.requeued, *values[9:], task_id, fence, version,
-             *_outcome_values(outcome)),
+            (state, status, due, decided.requeued, owner, until, expiries, version_, task_id,
+             fence, version, *_outcome_values(outcome)),
         )  # fmt: skip
 
     def _expected_done(
@@ -541,7 +552,7 @@ def _outcome_values(o: OutcomeRow) -> tuple[Any, ...]:
 def _expected(p: str) -> str:
     """The completion decided in advance: a conditional UPDATE (a new ``seq`` if the run
     was queued anew) and the outcome's INSERT, which happens only if the UPDATE did."""
-    names = [name.strip() for name in _COLUMNS.split(",")][1:]
+    names = [name.strip() for name in RUN_COLUMNS.split(",")]  # the run's, nothing else
     sets = ", ".join(
         f"{n} = CASE WHEN %s THEN nextval('{p}seq') ELSE {p}tasks.seq END" if n == "seq"
         else f"{n} = %s"

@@ -26,6 +26,7 @@ from cadence._types import Time
 from ._base import COLUMNS as _COLUMNS
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._base import (
+    RUN_COLUMNS,
     RUNNING,
     Change,
     Edit,
@@ -35,6 +36,7 @@ from ._base import (
     StoreError,
     TaskRow,
     migrate,
+    run_values,
 )
 
 T = TypeVar("T")
@@ -242,11 +244,7 @@ class SQLiteStore(StoreBase):
         new.version = version + 1
         if decided.requeued:
             new.seq = next(seqs)
-        values = _values(new)
-        cursor = db.execute(
-            _update(self._p, " AND fence = ? AND version = ?"),
-            (*values[1:], task_id, fence, version),
-        )
+        cursor = db.execute(_run_update(self._p), (*run_values(new), task_id, fence, version))
         if cursor.rowcount != 1:
             return False
         self._record(db, decided)
@@ -389,6 +387,13 @@ def _update(p: str, condition: str) -> str:
     return (
         f"UPDATE {p}tasks SET {', '.join(f'{n} = ?' for n in names)} WHERE task_id = ?{condition}"
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _run_update(p: str) -> str:
+    """A completion decided in advance: its run's columns, if the row is as claimed."""
+    sets = ", ".join(f"{name.strip()} = ?" for name in RUN_COLUMNS.split(","))
+    return f"UPDATE {p}tasks SET {sets} WHERE task_id = ? AND fence = ? AND version = ?"
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
