@@ -12,12 +12,13 @@ measured (a fired schedule is deleted later, by a periodic clean-up).
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import psycopg
+from _timing import timed
 
 
 def noop() -> None:
@@ -48,8 +49,6 @@ def _node(dsn: str, schema: str, ready: Any, go: Any) -> None:
 
 def main() -> None:
     dsn, n, processes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    import psycopg
-
     schema = f"aps4_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute(f"CREATE SCHEMA {schema}")
@@ -62,30 +61,14 @@ def main() -> None:
                 seeder.add_schedule(noop, DateTrigger(later), id=f"t{i}", misfire_grace_time=None)
         with psycopg.connect(dsn, autocommit=True) as c:  # all due now (a past date never fires)
             c.execute(f"UPDATE {schema}.schedules SET next_fire_time = now() - interval '1 s'")
-        ctx = multiprocessing.get_context("spawn")
-        go = ctx.Event()
-        readies = [ctx.Event() for _ in range(processes)]
-        nodes = [ctx.Process(target=_node, args=(dsn, schema, r, go), daemon=True)
-                 for r in readies]  # fmt: skip
-        for node in nodes:
-            node.start()
-        for r in readies:
-            r.wait(120)
-        with psycopg.connect(dsn, autocommit=True) as c:
-            start = time.perf_counter()
-            go.set()
-            while True:
-                time.sleep(0.01)
-                row = c.execute(  # fired (the job made), and every job released
-                    f"SELECT (SELECT count(*) FROM {schema}.schedules WHERE next_fire_time "
-                    f"IS NULL), (SELECT count(*) FROM {schema}.jobs)"
-                ).fetchone()
-                if row == (n, 0):
-                    break
-            elapsed = time.perf_counter() - start
-        for node in nodes:
-            node.terminate()
-            node.join(30)
+
+        def done(c: psycopg.Connection[Any]) -> bool:  # fired (job made), every job released
+            return c.execute(
+                f"SELECT (SELECT count(*) FROM {schema}.schedules WHERE next_fire_time "
+                f"IS NULL), (SELECT count(*) FROM {schema}.jobs)"
+            ).fetchone() == (n, 0)
+
+        elapsed = timed(_node, (dsn, schema), processes, dsn, done)
     finally:
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute(f"DROP SCHEMA {schema} CASCADE")

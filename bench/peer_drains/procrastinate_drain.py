@@ -12,14 +12,13 @@ way; they go through the same job table.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
-import time
 import uuid
 from typing import Any
 
 import procrastinate
 import psycopg
+from _timing import timed
 from psycopg.conninfo import make_conninfo
 
 
@@ -52,27 +51,14 @@ def main() -> None:
         with app.open():
             app.schema_manager.apply_schema()
             app.tasks["noop"].batch_defer(*({"i": i} for i in range(n)))
-        ctx = multiprocessing.get_context("spawn")
-        go = ctx.Event()
-        readies = [ctx.Event() for _ in range(processes)]
-        workers = [ctx.Process(target=_worker, args=(conninfo, r, go)) for r in readies]
-        for worker in workers:
-            worker.start()
-        for r in readies:
-            r.wait(120)
-        with psycopg.connect(conninfo, autocommit=True) as c:
-            start = time.perf_counter()
-            go.set()
-            while True:
-                time.sleep(0.01)
-                row = c.execute(
-                    "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
-                ).fetchone()
-                if row is not None and row[0] == n:
-                    break
-            elapsed = time.perf_counter() - start
-        for worker in workers:
-            worker.join(60)
+
+        def done(c: psycopg.Connection[Any]) -> bool:
+            found = c.execute(
+                "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+            ).fetchone()
+            return found is not None and found[0] == n
+
+        elapsed = timed(_worker, (conninfo,), processes, conninfo, done)
     finally:
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute(f"DROP DATABASE {name} WITH (FORCE)")
