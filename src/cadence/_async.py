@@ -228,7 +228,7 @@ class AsyncRunner(Driver):
             self._clock_failed = False
             self._timer = self._loop.call_later(CLOCK_RETRY, self._dispatch)
             return
-        if head is None or self._full:  # nothing due, or every worker busy (see _poke)
+        if head is None or self._full:  # nothing due, or the pool has enough (see _poke)
             return
         delay = head - self._now()
         if self._clock_failed:

@@ -84,10 +84,10 @@ class Driver:
         self._clock = scheduler.clock
         self._executor = executor
         # A pool's size, if it tells (ThreadPoolExecutor does): a scheduler whose
-        # claims hold leases is asked for no more runs than there are free workers.
+        # claims hold leases is asked for runs in step with the workers (see _room).
         workers = getattr(executor, "_max_workers", None) if scheduler._leases else None
         self._workers: int | None = workers if isinstance(workers, int) else None
-        self._full = False  # claims held back: every worker busy (see _room)
+        self._full = False  # claims held back: the pool has enough runs (see _room)
         self._on_outcome = on_outcome
         self._stats = Stats()
         # Work in flight: claimed runs not yet completed (queued + running).
@@ -199,7 +199,7 @@ class Driver:
                 self._queued -= 1
             self._flight.notify_all()
             full, self._full = self._full, False
-        if full:  # a worker is free: claim again
+        if full:  # maybe room again: let the dispatcher look
             self._poke()
 
     def _room(self) -> int | None:

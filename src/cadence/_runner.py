@@ -228,7 +228,7 @@ class Runner(Driver):
                 if self._clock_failed:  # wait a while, then read the clock again
                     self._clock_failed = False
                     timeout: float | None = CLOCK_RETRY
-                elif self._full:  # every worker busy: a finishing run pokes us
+                elif self._full:  # the pool has enough runs: a finishing run pokes us
                     timeout = MAX_SLEEP
                 elif head is None:
                     timeout = None
