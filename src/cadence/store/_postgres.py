@@ -379,7 +379,7 @@ class PostgresStore(StoreBase):
                 marks = ",".join(["%s"] * len(values))
                 db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
             else:
-                db.execute(_update(p, ""), (*values[1:], task_id))
+                db.execute(_update(p), (*values[1:], task_id))
         self._record(db, decided)
         return decided
 
@@ -459,6 +459,8 @@ class PostgresStore(StoreBase):
             return {task_id: (fence, status) for task_id, fence, status in held}
 
         return self._retrying(work, transaction=False)
+
+    # -- reads -----------------------------------------------------------
 
     def next_due(self, node: str, known: Known) -> Time | None:
         """See :meth:`cadence.store.Store.next_due`."""
@@ -572,10 +574,10 @@ def _returning() -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _update(p: str, condition: str) -> str:
+def _update(p: str) -> str:
     names = [name.strip() for name in _COLUMNS.split(",")][1:]
     sets = ", ".join(f"{n} = %s" for n in names)
-    return f"UPDATE {p}tasks SET {sets} WHERE task_id = %s{condition}"
+    return f"UPDATE {p}tasks SET {sets} WHERE task_id = %s"
 
 
 def _known(known: Known) -> tuple[str, list[Any]]:

@@ -229,7 +229,7 @@ class SQLiteStore(StoreBase):
                         marks = ",".join("?" * len(values))
                         db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
                     else:
-                        db.execute(_update(p, ""), (*values[1:], task_id))
+                        db.execute(_update(p), (*values[1:], task_id))
                 self._record(db, decided)
                 results.append(decided)
         return results
@@ -382,11 +382,9 @@ class SQLiteStore(StoreBase):
 
 
 @functools.lru_cache(maxsize=16)
-def _update(p: str, condition: str) -> str:
+def _update(p: str) -> str:
     names = [name.strip() for name in _COLUMNS.split(",")][1:]
-    return (
-        f"UPDATE {p}tasks SET {', '.join(f'{n} = ?' for n in names)} WHERE task_id = ?{condition}"
-    )
+    return f"UPDATE {p}tasks SET {', '.join(f'{n} = ?' for n in names)} WHERE task_id = ?"
 
 
 @functools.lru_cache(maxsize=16)
