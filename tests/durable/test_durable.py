@@ -564,6 +564,31 @@ def test_a_group_commit_decides_again_only_for_rows_that_changed(
     assert store.get("c").owner == "other"  # type: ignore[union-attr]
 
 
+def test_prune_deletes_old_outcomes_and_finished_tasks_only(
+    sched: DurableScheduler, clock: ManualClock
+) -> None:
+    sched.schedule_at_fixed_rate("rate", 0, 10, NOOP)  # the clock is at 1000: 1000, 1010, ...
+    sched.schedule_once("once", 5, NOOP)  # done at 1005
+    sched.schedule_once("gone", 1, NOOP)
+    sched.cancel("gone")  # finished without a run
+    sched.schedule_once("later", 4000, NOOP)  # not due yet
+    for now in (1000, 1005, 1010, 1020, 1030):  # each run finishes when it is due
+        sched.tick(now)
+    assert len(sched.history("rate", 100)) == 4
+    with pytest.raises(TypeError, match="before"):
+        sched.prune("soon")
+    with pytest.raises(ValueError, match="batch"):
+        sched.prune(1015, batch=0)
+    assert sched.prune(1015, batch=1) == 5  # rate@1000, rate@1010, once@1005; once, gone
+    assert [o.slot for o in sched.history("rate", 100)] == [1030, 1020]
+    assert sched.status("once") is None  # done, its outcome pruned: as if never there
+    assert sched.status("gone") is None
+    assert sched.status("rate") is Status.SCHEDULED
+    assert sched.status("later") is Status.SCHEDULED
+    assert sched.prune(1015) == 0
+    assert sched.schedule_once("once", 10, NOOP)  # the id is free again
+
+
 class FlakyStore(SQLiteStore):
     """A SQLite store that fails every call while ``down`` (a database outage)."""
 

@@ -572,6 +572,31 @@ class DurableScheduler(Scheduler):
         _validate.count("limit", limit)
         return self._store.outcomes(task_id, limit)
 
+    def prune(self, before: Time, *, batch: int = 10_000) -> int:
+        """Delete the record of the past: the outcomes of runs that finished before
+        ``before`` (epoch seconds, or an aware ``datetime``), then the rows of finished
+        tasks (done, failed, cancelled) due before it with no outcome left. Returns
+        how many rows went.
+
+        Unfinished tasks and recent outcomes are untouched; a pruned task is as if it
+        never existed (``status`` returns ``None``, ``ensure`` creates it anew). Runs
+        in transactions of at most ``batch`` deletions each, so other processes keep
+        working meanwhile. Costs: outcomes have no index on their finish time, so
+        each transaction scans them (run it from a maintenance job, not per run).
+        Raises ``TypeError``/``ValueError`` for a ``before`` that is not a finite
+        number or aware datetime, or a ``batch`` that is not a positive int.
+        """
+        before = _validate.finite("before", before)
+        _validate.count("batch", batch)
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch!r}")
+        total = 0
+        while True:
+            gone = self._store.prune(before, batch)
+            total += gone
+            if gone == 0:
+                return total
+
     def next_run_time(self, task_id: Hashable = _UNSET) -> Time | None:
         """As :meth:`cadence.Scheduler.next_run_time`, over the store.
 

@@ -314,6 +314,14 @@ class Store(Protocol):
         """The task's latest ``limit`` outcomes, newest first."""
         ...
 
+    def prune(self, before: Time, limit: int) -> int:
+        """Delete up to ``limit`` outcomes of runs that finished before ``before``, then
+        up to ``limit`` rows of finished tasks (done, failed, cancelled) due before
+        ``before`` that have no outcome left; return how many rows went. One
+        transaction; unindexed, so it scans the outcomes (see
+        :meth:`cadence.DurableScheduler.prune`)."""
+        ...
+
     def changes(self, wait: float = 0.0) -> int:
         """A number that changes when another connection or process commits a write.
 

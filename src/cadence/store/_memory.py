@@ -8,7 +8,18 @@ from typing import Any
 
 from cadence._types import Time
 
-from ._base import LEASED, RUNNING, SCHEDULED, Change, Edit, Known, OutcomeRow, StoreBase, TaskRow
+from ._base import (
+    FINISHED,
+    LEASED,
+    RUNNING,
+    SCHEDULED,
+    Change,
+    Edit,
+    Known,
+    OutcomeRow,
+    StoreBase,
+    TaskRow,
+)
 
 
 class MemoryStore(StoreBase):
@@ -144,6 +155,21 @@ class MemoryStore(StoreBase):
         with self._lock:
             mine = [o for o in self._outcomes.values() if o.task_id == task_id]
         return list(reversed(mine))[:limit]
+
+    def prune(self, before: Time, limit: int) -> int:
+        """See :meth:`cadence.store.Store.prune`. O(n)."""
+        with self._lock:
+            old = [k for k, o in self._outcomes.items() if o.finished < before][:limit]
+            for key in old:
+                del self._outcomes[key]
+            kept = {o.task_id for o in self._outcomes.values()}
+            gone = [
+                task_id for task_id, row in self._rows.items()
+                if row.status in FINISHED and row.due < before and task_id not in kept
+            ][:limit]  # fmt: skip
+            for task_id in gone:
+                del self._rows[task_id]
+            return len(old) + len(gone)
 
     def changes(self, wait: float = 0.0) -> int:
         """See :meth:`cadence.store.Store.changes` (returns at once)."""

@@ -38,8 +38,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from cadence._types import Time
 
 from ._base import COLUMNS as _COLUMNS
-from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._base import (
+    FINISHED,
     RUN_COLUMNS,
     Change,
     Edit,
@@ -51,6 +51,7 @@ from ._base import (
     migrate,
     run_values,
 )
+from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
 T = TypeVar("T")
 
@@ -524,6 +525,26 @@ class PostgresStore(StoreBase):
             OutcomeRow(t, _time(s), a, f, _time(at), r, e, _time(st), _time(fi), sk, o, v)
             for t, s, a, f, at, r, e, st, fi, sk, o, v in found
         ]
+
+    def prune(self, before: Time, limit: int) -> int:
+        """See :meth:`cadence.store.Store.prune`."""
+        p = self._p
+
+        def work(db: psycopg.Connection[Any]) -> int:
+            gone: int = db.execute(
+                f"DELETE FROM {p}outcomes WHERE ctid = ANY(ARRAY(SELECT ctid FROM {p}outcomes "
+                "WHERE finished < %s LIMIT %s))",
+                (_num(before), limit),
+            ).rowcount
+            gone += db.execute(
+                f"DELETE FROM {p}tasks WHERE ctid = ANY(ARRAY(SELECT ctid FROM {p}tasks t "
+                f"WHERE status = ANY(%s) AND due < %s AND NOT EXISTS "
+                f"(SELECT 1 FROM {p}outcomes o WHERE o.task_id = t.task_id) LIMIT %s))",
+                (list(FINISHED), _num(before), limit),
+            ).rowcount
+            return gone
+
+        return self._retrying(work)
 
     def changes(self, wait: float = 0.0) -> int:
         """A count of the other nodes' notifications (``LISTEN``); waits up to ``wait``

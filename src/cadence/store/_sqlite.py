@@ -24,8 +24,8 @@ from typing import Any, Literal, TypeVar
 from cadence._types import Time
 
 from ._base import COLUMNS as _COLUMNS
-from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._base import (
+    FINISHED,
     RUN_COLUMNS,
     RUNNING,
     Change,
@@ -38,6 +38,7 @@ from ._base import (
     migrate,
     run_values,
 )
+from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
 T = TypeVar("T")
 
@@ -368,6 +369,24 @@ class SQLiteStore(StoreBase):
             (task_id, limit),
         )
         return [OutcomeRow(*r) for r in found.fetchall()]
+
+    def prune(self, before: Time, limit: int) -> int:
+        """See :meth:`cadence.store.Store.prune`."""
+        p = self._p
+        with self._write() as db:
+            gone: int = db.execute(
+                f"DELETE FROM {p}outcomes WHERE (task_id, slot, attempt, fence) IN "
+                f"(SELECT task_id, slot, attempt, fence FROM {p}outcomes WHERE finished < ? "
+                "LIMIT ?)",
+                (before, limit),
+            ).rowcount
+            gone += db.execute(
+                f"DELETE FROM {p}tasks WHERE task_id IN (SELECT task_id FROM {p}tasks t "
+                f"WHERE status IN {FINISHED} AND due < ? AND NOT EXISTS "
+                f"(SELECT 1 FROM {p}outcomes o WHERE o.task_id = t.task_id) LIMIT ?)",
+                (before, limit),
+            ).rowcount
+        return gone
 
     def changes(self, wait: float = 0.0) -> int:
         """``PRAGMA data_version`` of this thread's connection: moves when others commit.
