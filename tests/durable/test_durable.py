@@ -576,7 +576,7 @@ def test_prune_deletes_old_outcomes_and_finished_tasks_only(
         sched.tick(now)
     assert len(sched.history("rate", 100)) == 4
     with pytest.raises(TypeError, match="before"):
-        sched.prune("soon")
+        sched.prune("soon")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="batch"):
         sched.prune(1015, batch=0)
     assert sched.prune(1015, batch=1) == 5  # rate@1000, rate@1010, once@1005; once, gone
