@@ -83,7 +83,8 @@ class Server:
         command = [str(self.bindir / argv[0]), *argv[1:]]
         if self.user is not None:
             command = ["runuser", "-u", self.user, "--", *command]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        # from the server's own directory: the caller's may be closed to its user
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=self.dir)
 
     def start(self) -> None:
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
