@@ -16,6 +16,7 @@ import functools
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -141,6 +142,10 @@ class SQLiteStore(StoreBase):
         self.path = path
         self.synchronous = synchronous
         self._p = prefix
+        # This process's writers queue here, not in SQLite's busy handler, which
+        # sleeps (up to 100 ms a time) between tries: threads hand the write lock
+        # over at once; other processes still wait through the busy timeout.
+        self._writer = threading.Lock()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
@@ -160,24 +165,26 @@ class SQLiteStore(StoreBase):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction, committed, or rolled back on error."""
+        """One ``BEGIN IMMEDIATE`` transaction, committed, or rolled back on error;
+        one at a time in this process."""
         db = self._db()
-        deadline = time.monotonic() + LOCKED_RETRY
-        while True:
+        with self._writer:
+            deadline = time.monotonic() + LOCKED_RETRY
+            while True:
+                try:
+                    db.execute("BEGIN IMMEDIATE")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not _busy(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
             try:
-                db.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:
-                if not _busy(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
-        try:
-            yield db
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        _commit(db, deadline)
+                yield db
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            _commit(db, deadline)
 
     def open(self) -> None:
         """Create the schema, or migrate an older one forward, in one transaction.
