@@ -58,6 +58,41 @@ def test_an_earlier_task_wakes_the_sleeping_dispatcher(sched: Scheduler) -> None
     assert sched.status("far") is Status.SCHEDULED
 
 
+class GatedHead(Scheduler):
+    """A scheduler whose next look at the head, once ``armed``, pauses after the read
+    (as a store's slow read would) until ``gate`` is set."""
+
+    armed = False
+    looked = threading.Event()
+    gate = threading.Event()
+
+    def next_run_time(self, *args: Any) -> Any:
+        head = super().next_run_time(*args)
+        if self.armed and not args:
+            self.armed = False
+            self.looked.set()
+            self.gate.wait(TIMEOUT)
+        return head
+
+
+def test_a_run_scheduled_while_the_dispatcher_reads_the_head_is_not_missed(
+    clock: ManualClock,
+) -> None:
+    """The dispatcher reads the head without holding its lock; a run scheduled during
+    that read (not in what it returns) must still wake it (the clock never moves)."""
+    seen = Collector()
+    sched = GatedHead(clock=clock)
+    sched.looked, sched.gate = threading.Event(), threading.Event()
+    sched.schedule_once("far", 3600, lambda at: None)
+    with Runner(sched, on_outcome=seen):
+        sched.armed = True
+        sched.schedule_once("kick", 0, lambda at: None)  # wakes it; then it looks again
+        assert sched.looked.wait(TIMEOUT)  # it has read 3600 and is paused
+        sched.schedule_once("late", 0, lambda at: None)
+        sched.gate.set()
+        assert [o.task_id for o in seen.wait_for(2, timeout=TIMEOUT)] == ["kick", "late"]
+
+
 def test_a_task_scheduled_from_an_action_runs_in_order(sched: Scheduler) -> None:
     seen = Collector()
 

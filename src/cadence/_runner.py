@@ -84,6 +84,7 @@ class Runner(Driver):
         self._cond_lock = threading.Lock()  # entered instead of _cond: see Driver._flight_lock
         self._cond = threading.Condition(self._cond_lock)
         self._target: Time = -math.inf  # the time the dispatcher sleeps until, while it does
+        self._news: Time = math.inf  # the earliest head announced since the dispatcher looked
         self._thread: threading.Thread | None = None
         self._unsubscribe: list[Callable[[], None]] = []
         self._virtual = hasattr(self._clock, "on_change")
@@ -209,7 +210,14 @@ class Runner(Driver):
     # -- the dispatcher --------------------------------------------------
 
     def _on_new_head(self, head: Time) -> None:
+        # Without the lock when it cannot matter: not before the time the dispatcher
+        # sleeps until, nor before a head already announced since it looked (the
+        # announcing thread pushed the run first, so a look that starts after this
+        # read sees it).
+        if head >= self._target and head >= self._news:
+            return
         with self._cond_lock:
+            self._news = min(self._news, head)
             if head < self._target:
                 self._cond.notify()
 
@@ -218,28 +226,41 @@ class Runner(Driver):
             self._cond.notify()
 
     def _loop(self) -> None:
+        # The head is read outside the lock (a durable scheduler reads its store), so
+        # threads announcing new heads (_on_new_head) never wait on that read; a head
+        # announced meanwhile that is earlier than the one read means: look again.
         scheduler = self._scheduler
         while True:
             self._dispatch_due()
             with self._cond_lock:
+                self._news = math.inf
+            full = self._full
+            head = None if full else scheduler.next_run_time()
+            with self._cond_lock:
                 if self._stopping:
                     return
-                head = scheduler.next_run_time()
                 if self._clock_failed:  # wait a while, then read the clock again
                     self._clock_failed = False
                     timeout: float | None = CLOCK_RETRY
-                elif self._full:  # the pool has enough runs: a finishing run pokes us
+                elif full:  # the pool has enough runs: a finishing run pokes us
+                    if not self._full:  # one finished while we looked
+                        continue
                     timeout = MAX_SLEEP
                 elif head is None:
+                    if self._news < math.inf:
+                        continue
                     timeout = None
                 else:
+                    if self._news < head:
+                        continue
                     timeout = head - self._now()
                     if self._clock_failed:
                         continue
                     if timeout <= 0:
                         continue
                     timeout = None if self._virtual else min(timeout, MAX_SLEEP)
-                self._target = math.inf if head is None else head
+                # (a full pool waits for a poke: no head can wake it)
+                self._target = -math.inf if full else math.inf if head is None else head
                 self._cond.wait(timeout)
                 self._target = -math.inf
 
