@@ -46,7 +46,9 @@ class Runner(Driver):
     (its next slot is queued when its run completes and then catches up in
     order). A cancelled queued run never starts. If the executor refuses work
     (it was shut down), or drops a queued run, the run fails visibly with that
-    error (and is retried as usual).
+    error (and is retried as usual). On a :class:`~cadence.DurableScheduler`
+    with a ``ThreadPoolExecutor``, runs are claimed in step with the workers
+    (at most one pool's worth waiting), leaving other due runs to other nodes.
 
     ``on_outcome(outcome)`` is called once per run, outside every lock, on the
     thread that ran it; an exception from it is logged and changes nothing.
