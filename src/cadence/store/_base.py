@@ -20,6 +20,7 @@ matches, so a holder that lost its lease (crash, pause) writes nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from abc import ABC, abstractmethod
@@ -36,6 +37,8 @@ COLUMNS = (
     "lease_until, expiries, version"
 )
 """The columns of a stored task, in :class:`TaskRow`'s order (the database stores' SQL)."""
+ROW_COLUMNS = COLUMNS.split(",", 1)[1].strip()
+"""Every column of a stored task but its key: what rewriting a whole row sets."""
 RUN_COLUMNS = "state, status, due, seq, owner, lease_until, expiries, version"
 """The columns a completion decided in advance writes (:attr:`Edit.expect`): the only
 ones a run's end changes. The others (action, spec, paused, priority, fence) are those
@@ -90,6 +93,15 @@ class TaskRow:
     def copy(self) -> TaskRow:
         """A copy that shares nothing mutable with this row. O(size of the JSON)."""
         return replace(self, spec=_deep(self.spec), state=_deep(self.state), spec_text=None)
+
+
+@functools.lru_cache(maxsize=64)
+def update_sql(table: str, columns: str, mark: str, where: str) -> str:
+    """``UPDATE table SET c = mark, ... WHERE where`` for the comma-separated
+    ``columns``: how the database stores write rows (``mark``: their placeholder).
+    Built once per set of arguments."""
+    sets = ", ".join(f"{name.strip()} = {mark}" for name in columns.split(","))
+    return f"UPDATE {table} SET {sets} WHERE {where}"
 
 
 def run_values(row: TaskRow, encode: Callable[[Any], Any] = lambda t: t) -> tuple[Any, ...]:

@@ -40,6 +40,7 @@ from cadence._types import Time
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
     FINISHED,
+    ROW_COLUMNS,
     RUN_COLUMNS,
     Change,
     Edit,
@@ -50,6 +51,7 @@ from ._base import (
     TaskRow,
     migrate,
     run_values,
+    update_sql,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
@@ -380,7 +382,10 @@ class PostgresStore(StoreBase):
                 marks = ",".join(["%s"] * len(values))
                 db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
             else:
-                db.execute(_update(p), (*values[1:], task_id))
+                db.execute(
+                    update_sql(f"{p}tasks", ROW_COLUMNS, "%s", "task_id = %s"),
+                    (*values[1:], task_id),
+                )
         self._record(db, decided)
         return decided
 
@@ -592,13 +597,6 @@ def _expected(p: str) -> str:
 @functools.lru_cache(maxsize=16)
 def _returning() -> str:
     return ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
-
-
-@functools.lru_cache(maxsize=16)
-def _update(p: str) -> str:
-    names = [name.strip() for name in _COLUMNS.split(",")][1:]
-    sets = ", ".join(f"{n} = %s" for n in names)
-    return f"UPDATE {p}tasks SET {sets} WHERE task_id = %s"
 
 
 def _known(known: Known) -> tuple[str, list[Any]]:

@@ -27,6 +27,7 @@ from cadence._types import Time
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
     FINISHED,
+    ROW_COLUMNS,
     RUN_COLUMNS,
     RUNNING,
     Change,
@@ -38,6 +39,7 @@ from ._base import (
     TaskRow,
     migrate,
     run_values,
+    update_sql,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
@@ -237,7 +239,10 @@ class SQLiteStore(StoreBase):
                         marks = ",".join("?" * len(values))
                         db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
                     else:
-                        db.execute(_update(p), (*values[1:], task_id))
+                        db.execute(
+                            update_sql(f"{p}tasks", ROW_COLUMNS, "?", "task_id = ?"),
+                            (*values[1:], task_id),
+                        )
                 self._record(db, decided)
                 results.append(decided)
         return results
@@ -252,7 +257,12 @@ class SQLiteStore(StoreBase):
         new.version = version + 1
         if decided.requeued:
             new.seq = next(seqs)
-        cursor = db.execute(_run_update(self._p), (*run_values(new), task_id, fence, version))
+        cursor = db.execute(
+            update_sql(
+                f"{self._p}tasks", RUN_COLUMNS, "?", "task_id = ? AND fence = ? AND version = ?"
+            ),
+            (*run_values(new), task_id, fence, version),
+        )
         if cursor.rowcount != 1:
             return False
         self._record(db, decided)
@@ -405,19 +415,6 @@ class SQLiteStore(StoreBase):
     def now(self) -> None:
         """``None``: processes sharing a SQLite file share the host's clock."""
         return
-
-
-@functools.lru_cache(maxsize=16)
-def _update(p: str) -> str:
-    names = [name.strip() for name in _COLUMNS.split(",")][1:]
-    return f"UPDATE {p}tasks SET {', '.join(f'{n} = ?' for n in names)} WHERE task_id = ?"
-
-
-@functools.lru_cache(maxsize=16)
-def _run_update(p: str) -> str:
-    """A completion decided in advance: its run's columns, if the row is as claimed."""
-    sets = ", ".join(f"{name.strip()} = ?" for name in RUN_COLUMNS.split(","))
-    return f"UPDATE {p}tasks SET {sets} WHERE task_id = ? AND fence = ? AND version = ?"
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
