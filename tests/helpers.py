@@ -7,6 +7,7 @@ from typing import Any
 
 from cadence import RunOutcome, Scheduler
 from cadence.durable import DurableScheduler
+from cadence.store import MemoryStore, SQLiteStore, Store
 
 
 def rows(outcomes: Iterable[RunOutcome]) -> list[tuple[Hashable, Any, str, int]]:
@@ -86,3 +87,17 @@ def wait_until(done: Callable[[], object], timeout: float) -> None:
     while not done():
         assert time.monotonic() < deadline, f"not done after {timeout} s"
         time.sleep(0.05)
+
+
+def make_store(kind: str, request: Any, tmp_path: Any) -> Store:
+    """A fresh store: ``"memory"``, ``"sqlite"`` (a file in ``tmp_path``) or
+    ``"postgres"`` (tables of their own on the test server, the caller's clock;
+    ``request`` is the pytest fixture request that supplies the server)."""
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "s.db")
+    from cadence.store import PostgresStore
+
+    dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
+    return PostgresStore(dsn, prefix=prefix, clock="caller")

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from cadence import ManualClock, Result, RunOutcome, Scheduler, Status
-from cadence.store import MemoryStore, SQLiteStore
-from tests.helpers import AutoRegistering, failing, recorder, rows, snapshot
+from tests.helpers import AutoRegistering, failing, make_store, recorder, rows, snapshot
 
 IN_MEMORY_ONLY = pytest.mark.parametrize("sched", ["memory"], indirect=True)
 """For clauses a durable store states differently: its ids are str (names in a
@@ -28,16 +27,7 @@ def sched(
     if request.param == "memory":
         yield Scheduler(clock=clock)
         return
-    store: Any
-    if request.param == "durable-memory":
-        store = MemoryStore()
-    elif request.param == "durable-sqlite":
-        store = SQLiteStore(tmp_path / "db")
-    else:
-        from cadence.store import PostgresStore
-
-        dsn = request.getfixturevalue("pg_dsn")
-        store = PostgresStore(dsn, prefix=request.getfixturevalue("pg_prefix"), clock="caller")
+    store = make_store(request.param.removeprefix("durable-"), request, tmp_path)
     yield AutoRegistering(store, clock=clock)
     store.close()
 

@@ -31,7 +31,7 @@ from cadence.cron import Cron
 from cadence.durable import LeaseExpired, StoredError
 from cadence.store import MemoryStore, SQLiteStore, Store, StoreError, open_store
 from tests.durable import jobs
-from tests.helpers import Collector, rows, wait_until
+from tests.helpers import Collector, make_store, rows, wait_until
 
 NOOP = "tests.durable.jobs:noop"
 
@@ -39,16 +39,7 @@ NOOP = "tests.durable.jobs:noop"
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """The same store protocol in memory, in a SQLite file, on a PostgreSQL server."""
-    made: Store
-    if request.param == "memory":
-        made = MemoryStore()
-    elif request.param == "sqlite":
-        made = SQLiteStore(tmp_path / "s.db")
-    else:
-        from cadence.store import PostgresStore
-
-        dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
-        made = PostgresStore(dsn, prefix=prefix, clock="caller")
+    made = make_store(request.param, request, tmp_path)
     yield made
     made.close()
 
