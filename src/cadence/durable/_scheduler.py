@@ -11,7 +11,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar, Unpack
+from typing import Any, NamedTuple, TypeVar, Unpack
 
 from cadence import _validate
 from cadence._calls import Bound, prepare
@@ -45,9 +45,6 @@ FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
 
 STORE_RETRY = 1.0
 """Seconds a runner waits before trying an unreachable store again."""
-
-MAX_DEFER = 0.05
-"""Seconds a runner's completion may be held back for a group commit, at most."""
 
 
 class LeaseExpired(Exception):  # noqa: N818 - it names the event, as TimeoutError does
@@ -83,9 +80,10 @@ class DurableScheduler(Scheduler):
     (seconds) is how often a runner looks for other processes' writes;
     ``batch`` the most runs claimed at once; ``max_expiries`` the leases of
     one run that may expire (crashed or stalled holders) before it fails
-    with :class:`LeaseExpired`; ``group_commit`` lets a runner under load
-    commit the completions of one claimed batch together (see
-    :meth:`_complete_later`; ``False``: one commit per completion).
+    with :class:`LeaseExpired`; ``group_commit`` has a runner's completions
+    committed on a thread of their own, those that queue meanwhile in one
+    transaction (see :meth:`_complete_later`; ``False``: each on the thread
+    that ran it, one commit per completion).
 
     Costs: each scheduling call, claim and completion is one store
     transaction (with :class:`~cadence.store.SQLiteStore` and
@@ -104,11 +102,9 @@ class DurableScheduler(Scheduler):
         "_broken",
         "_buffer",
         "_callables",
-        "_deferred",
-        "_deferred_since",
-        "_flush_lock",
-        "_flushed",
-        "_flushing",
+        "_committed",
+        "_committer",
+        "_completions",
         "_group",
         "_held",
         "_hold",
@@ -118,7 +114,6 @@ class DurableScheduler(Scheduler):
         "_max_expiries",
         "_node",
         "_outage",
-        "_pending",
         "_poll",
         "_store",
         "_users",
@@ -169,12 +164,10 @@ class DurableScheduler(Scheduler):
         self._users = 0  # runners driving this scheduler
         self._keeper: threading.Thread | None = None
         self._keeper_stop = threading.Event()
-        self._flush_lock = threading.Lock()  # group commit of completions
-        self._flushed = threading.Condition(self._flush_lock)
-        self._flushing = False
-        self._pending: list[_Pending] = []
-        self._deferred: list[Any] = []  # completions held back for a group commit
-        self._deferred_since = 0.0
+        # Runners' completions, waiting for the committer thread (see _complete_later)
+        self._completions: deque[_Completion] = deque()
+        self._committed = threading.Condition()  # guards both; notified as either changes
+        self._committer: threading.Thread | None = None
         self._outage = False  # the store failed a runner's claim: retry after STORE_RETRY
         store.open()
 
@@ -800,10 +793,10 @@ class DurableScheduler(Scheduler):
 
         If the lease was lost meanwhile, nothing is written (the new holder's
         outcome counts); the run's outcome is still returned, as this node
-        saw it, and the loss is logged.
+        saw it, and the loss is logged. Raises what the store raises.
         """
         edit, outcome = self._decided(task, error, started, finished)
-        return self._settled(task, self._commit(edit), outcome, error)
+        return self._settled(task, self._store.modify_many([edit])[0], outcome, error)
 
     def _complete_later(  # type: ignore[override]
         self,
@@ -813,57 +806,76 @@ class DurableScheduler(Scheduler):
         finished: Time,
         then: Callable[[RunOutcome], object],
     ) -> None:
-        """Complete a run for a runner: under load, committed with the runs claimed with it.
+        """Complete a run for a runner: decided here, committed by the committer thread.
 
-        While runs this node claimed are still waiting to start, a completion
-        is held back; the last of them commits all in one transaction (one
-        fsync), then each outcome goes to ``then``: outcomes are reported
-        only once durable. Idle, or with a worker pool (whose completions
-        group-commit across threads), each is committed at once. A held-back
-        completion waits at most :data:`MAX_DEFER` seconds (the heartbeat
-        thread flushes it); a crash before the commit only means the run is
-        started again after its lease (at-least-once, same key).
+        While a runner drives this scheduler (with ``group_commit``, the
+        default), the caller (the dispatcher, a pool worker, the event loop)
+        hands the completion to the committer thread and goes on with its
+        next run at once, so running overlaps committing (an fsync, a round
+        trip). The committer commits all the completions that queued while it
+        committed the previous ones in one transaction (group commit), then
+        reports each through ``then``: an outcome is reported only once it is
+        durable. Idle, a completion is committed at once, alone. At most
+        ``batch`` completions wait: a caller finding that many waits for
+        room. A crash before the commit only means the run starts again after
+        its lease (at-least-once, same key). Without a committer
+        (``group_commit=False``, no runner, or its runner stopping) the
+        completion is committed on the caller's thread, one transaction
+        each. O(1) here, besides waiting for room.
         """
-        with self._hold:
-            defer = self._group and self._users > 0 and bool(self._buffer)
-            pending = bool(self._deferred)
         edit, outcome = self._decided(task, error, started, finished)
-        if not defer and not pending:
-            try:
-                decided = self._commit(edit)
-            except Exception as exc:  # the store is unreachable: see _unrecorded
-                then(self._unrecorded(task, outcome, exc))
-                return
-            then(self._settled(task, decided, outcome, error))
-            return
-        with self._hold:
-            self._deferred.append((edit, task, outcome, error, then))
-            if len(self._deferred) == 1:
-                self._deferred_since = time.monotonic()
-        if not defer or len(self._deferred) >= self._batch:
-            self._flush()
+        completion = _Completion(edit, task, outcome, error, then)
+        with self._committed:
+            committer = self._committer
+            if committer is not None:
+                if committer is not threading.current_thread():
+                    while len(self._completions) >= self._batch and self._committer is committer:
+                        self._committed.wait()
+                if self._committer is committer:
+                    self._completions.append(completion)
+                    self._committed.notify_all()
+                    return
+        self._commit([completion])
 
-    def _flush(self) -> None:
-        """Commit the held-back completions in one transaction, then report each."""
-        with self._hold:
-            batch, self._deferred = self._deferred, []
-        if not batch:
-            return
-        results: list[Any]
+    def _commit_loop(self) -> None:
+        """The committer thread: commit what runners hand over, until stopped and drained."""
+        me = threading.current_thread()
+        while True:
+            with self._committed:
+                while not self._completions and self._committer is me:
+                    self._committed.wait()
+                if not self._completions:
+                    return
+                batch = list(self._completions)
+                self._completions.clear()
+                self._committed.notify_all()  # room for callers waiting to hand over
+            self._commit(batch)
+
+    def _commit(self, batch: list[_Completion]) -> None:
+        """Commit completions in one transaction, then report each through its ``then``.
+
+        A batch whose transaction fails is retried one completion at a time,
+        so one bad completion fails alone; one the store cannot take is
+        logged and reported (see :meth:`_unrecorded`). O(len(batch)).
+        """
+        results: list[Change[Any] | Exception | None]
         try:
-            results = self._store.modify_many([edit for edit, *_ in batch])
-        except Exception:  # one at a time: only the culprit fails
-            results = []
-            for edit, *_ in batch:
-                try:
-                    results.append(self._store.modify_many([edit])[0])
-                except Exception as exc:
-                    results.append(exc)
-        for (_, task, outcome, error, then), decided in zip(batch, results, strict=True):
+            results = list(self._store.modify_many([c.edit for c in batch]))
+        except Exception as exc:
+            results = [exc] if len(batch) == 1 else [self._commit_alone(c.edit) for c in batch]
+        for completion, decided in zip(batch, results, strict=True):
+            task, outcome = completion.task, completion.outcome
             if isinstance(decided, Exception):
-                then(self._unrecorded(task, outcome, decided))
+                completion.then(self._unrecorded(task, outcome, decided))
             else:
-                then(self._settled(task, decided, outcome, error))
+                completion.then(self._settled(task, decided, outcome, completion.error))
+
+    def _commit_alone(self, edit: Edit) -> Change[Any] | Exception | None:
+        """One completion in a transaction of its own: its result, or the error it met."""
+        try:
+            return self._store.modify_many([edit])[0]
+        except Exception as exc:
+            return exc
 
     def _unrecorded(self, task: Held, outcome: RunOutcome, exc: Exception) -> RunOutcome:
         """A completion the store could not take (down, unreachable): logged, reported.
@@ -942,79 +954,39 @@ class DurableScheduler(Scheduler):
             self._emit_outcome(outcome)
         return outcome
 
-    def _commit(self, edit: Edit) -> Change[Any] | None:
-        """A fenced completion, group-committed with those of other threads.
-
-        The first thread to arrive commits every completion queued while it
-        works, in one transaction; the others wait for that commit. Idle,
-        a flush holds one completion (one commit, no added latency); under
-        load (a worker pool) many share one commit. A batch whose
-        transaction fails is retried one completion at a time, so one bad
-        completion fails alone.
-        """
-        mine = _Pending(edit)
-        with self._flush_lock:
-            self._pending.append(mine)
-            while self._flushing and not mine.done:
-                self._flushed.wait()
-            if mine.done:
-                return mine.result()
-            self._flushing = True
-            batch, self._pending = self._pending, []
-        try:
-            try:
-                results = self._store.modify_many([p.edit for p in batch])
-                for pending, result in zip(batch, results, strict=True):
-                    pending.value = result
-            except Exception:
-                if len(batch) == 1:
-                    raise
-                for pending in batch:  # one at a time: only the culprit fails
-                    try:
-                        pending.value = self._store.modify_many([pending.edit])[0]
-                    except Exception as exc:
-                        pending.error = exc
-        except BaseException as exc:
-            for pending in batch:
-                pending.error = pending.error or exc
-            raise
-        finally:
-            with self._flush_lock:
-                for pending in batch:
-                    pending.done = True
-                self._flushing = False
-                self._flushed.notify_all()
-        return mine.result()
-
     # -- runners: heartbeat, wake-ups, release on stop -----------------------
 
     def _subscribe(self, callback: Callable[[Time], object]) -> Callable[[], None]:
-        """A runner starts driving this scheduler: keep its leases and watch the store."""
+        """A runner starts driving this scheduler: keep its leases, watch the store,
+        commit its completions (the heartbeat and committer threads)."""
         unsubscribe = super()._subscribe(callback)
         with self._hold:
             self._users += 1
             if self._keeper is None:
                 self._keeper_stop.clear()
-                self._keeper = threading.Thread(
-                    target=self._keep, name="cadence-heartbeat", daemon=True
-                )
+                self._keeper = _thread(self._keep, "cadence-heartbeat")
                 self._keeper.start()
+                if self._group:
+                    self._committer = _thread(self._commit_loop, "cadence-committer")
+                    self._committer.start()  # it runs while it is self._committer
 
         def stop() -> None:
             unsubscribe()
             with self._hold:
                 self._users -= 1
                 last = self._users == 0
-                keeper, buffered = self._keeper, list(self._buffer)
+                keeper, committer, buffered = self._keeper, self._committer, list(self._buffer)
                 if last:
-                    self._keeper, self._buffer = None, deque()
+                    self._keeper, self._committer, self._buffer = None, None, deque()
                     for task in buffered:
                         self._held.pop(task.task_id, None)  # type: ignore[call-overload]
             if last:
-                self._flush()  # no completion is left held back
+                with self._committed:
+                    self._committed.notify_all()  # the committer drains what it has, and ends
                 self._keeper_stop.set()
-                if keeper is not None and keeper is not threading.current_thread():
-                    keeper.join()
+                for thread in (committer, keeper):
+                    if thread is not None and thread is not threading.current_thread():
+                        thread.join()
                 for task in buffered:
                     self._release(task.row)
 
@@ -1037,8 +1009,6 @@ class DurableScheduler(Scheduler):
                 if now - last_beat >= beat_every:
                     self._heartbeat(now)
                     last_beat = now
-                if self._deferred and time.monotonic() - self._deferred_since > MAX_DEFER:
-                    self._flush()
                 if version != seen:
                     seen = version
                     head = self.next_run_time()
@@ -1083,21 +1053,20 @@ class DurableScheduler(Scheduler):
                     task.until = now + self._lease
 
 
-class _Pending:
-    """One completion waiting for a group commit, then its result."""
+def _thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """A daemon thread, not started."""
+    return threading.Thread(target=target, name=name, daemon=True)
 
-    __slots__ = ("done", "edit", "error", "value")
 
-    def __init__(self, edit: Edit) -> None:
-        self.edit = edit
-        self.done = False
-        self.value: Change[Any] | None = None
-        self.error: BaseException | None = None
+class _Completion(NamedTuple):
+    """A run's completion handed to the committer thread: the edit to commit, what
+    to report, and where to report it."""
 
-    def result(self) -> Change[Any] | None:
-        if self.error is not None:
-            raise self.error
-        return self.value
+    edit: Edit
+    task: Held
+    outcome: RunOutcome
+    error: BaseException | None
+    then: Callable[[RunOutcome], object]
 
 
 class StoredError(Exception):
