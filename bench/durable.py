@@ -6,9 +6,11 @@ Run: ``python bench/durable.py`` (writes ``bench/results/durable.md`` and ``.jso
   long that each runs once), each run's completion durable before the next
   claim's effect is visible. Measured for cadence (a ``Runner`` on a
   ``DurableScheduler``, batch 32: one commit per claim of 32, then one per
-  completion, or one per batch of completions (group commit, the default);
-  and with a pool of 16 workers), for the raw-SQL floor of the same claim/complete cycle
-  (``../shared/bench/durable-floor/``'s shape: no scheduling logic at all),
+  completion, or group commit, the default: completions committed on the
+  scheduler's committer thread, those that queue during a commit sharing the
+  next; each also with a pool of 16 workers), for the raw-SQL floor of the
+  same claim/complete cycle (``../shared/bench/durable-floor/``'s shape: no
+  scheduling logic at all),
   and for APScheduler 3 with ``SQLAlchemyJobStore`` on SQLite (the peer users
   run today), all on one SQLite file in WAL mode, ``synchronous=FULL`` and
   ``NORMAL``; on PostgreSQL beside its floor, APScheduler 4 (pre-release,
@@ -212,8 +214,9 @@ def pg_floor_drain(per_row: bool) -> float:
     return N / elapsed
 
 
-def cadence_pg_drain(group: bool) -> float:
-    """Runs/s of a Runner draining N due tasks from a PostgresStore."""
+def cadence_pg_drain(group: bool, workers: int = 0) -> float:
+    """Runs/s of a Runner (with a pool of ``workers`` threads, if any) draining N due
+    tasks from a PostgresStore."""
     import uuid
 
     from cadence.store import PostgresStore
@@ -222,7 +225,7 @@ def cadence_pg_drain(group: bool) -> float:
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
     _seed(PostgresStore(PG, prefix=prefix))
     store = PostgresStore(PG, prefix=prefix)
-    rate = _drain(DurableScheduler(store, batch=32, group_commit=group))
+    rate = _drain(DurableScheduler(store, batch=32, group_commit=group), workers)
     store.close()
     import psycopg
 
@@ -501,8 +504,15 @@ def main() -> None:
                     ("floor, commit per run", lambda s: floor_drain(directory, s, True)),
                     ("floor, commit per 32", lambda s: floor_drain(directory, s, False)),
                     ("cadence, commit per run", lambda s: cadence_drain(directory, s, 0, False)),
+                    (
+                        "cadence, commit per run, pool of 16",
+                        lambda s: cadence_drain(directory, s, 16, False),
+                    ),
                     ("cadence, group commit", lambda s: cadence_drain(directory, s)),
-                    ("cadence, pool of 16", lambda s: cadence_drain(directory, s, 16)),
+                    (
+                        "cadence, group commit, pool of 16",
+                        lambda s: cadence_drain(directory, s, 16),
+                    ),
                     (
                         "APScheduler 3 + SQLAlchemyJobStore",
                         lambda s: apscheduler_drain(directory, s),
@@ -519,7 +529,9 @@ def main() -> None:
                     ("floor, commit per run", lambda _: pg_floor_drain(True)),
                     ("floor, commit per 32", lambda _: pg_floor_drain(False)),
                     ("cadence, commit per run", lambda _: cadence_pg_drain(False)),
+                    ("cadence, commit per run, pool of 16", lambda _: cadence_pg_drain(False, 16)),
                     ("cadence, group commit", lambda _: cadence_pg_drain(True)),
+                    ("cadence, group commit, pool of 16", lambda _: cadence_pg_drain(True, 16)),
                     ("cadence, group commit, 4 processes", lambda _: cadence_pg_processes(4)),
                 ]
                 for procs, label in ((1, "1 process"), (4, "4 processes")):

@@ -528,6 +528,50 @@ def test_under_load_a_runner_group_commits_and_reports_only_durable_outcomes(
         assert store.flushes == [1] * 24
 
 
+class GatedStore(SQLiteStore):
+    """Commits of completions wait until ``gate`` is set (a stalled disk)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.gate = threading.Event()
+
+    def modify_many(self, edits: Any) -> Any:
+        if any(edit.fence is not None for edit in edits):
+            assert self.gate.wait(10)
+        return super().modify_many(edits)
+
+
+def test_a_worker_runs_its_next_run_while_its_last_completion_commits(tmp_path: Path) -> None:
+    """The committer thread commits; the one worker of the pool goes on at once. Outcomes
+    are reported only once durable, and ``stop()`` waits for the commits."""
+    store = GatedStore(tmp_path / "c.db")
+    sched = DurableScheduler(store, batch=4)
+    started: list[str] = []
+
+    def note(*, run: RunContext) -> None:
+        started.append(str(run.task_id))
+        if run.task_id == "a":
+            time.sleep(0.2)  # meanwhile "b" is handed to the pool: no run is left to claim
+
+    sched.register("note", note)
+    for name in ("a", "b", "c"):
+        sched.schedule_once(name, 0, "note", args=())
+    done = Collector()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        runner = Runner(sched, executor=pool, on_outcome=done)
+        runner.start()
+        # "b" ran while "a" waited for its commit; "c" waits: runs waiting for their
+        # commits count as in flight, and this pool's claims hold two at most
+        wait_until(lambda: started == ["a", "b"], timeout=10)
+        assert done.outcomes == []
+        assert [sched.status(name) for name in "abc"] == [Status.RUNNING] * 2 + [Status.SCHEDULED]
+        store.gate.set()
+        done.wait_for(3)
+        assert runner.stop(timeout=10)
+    assert sorted(str(o.task_id) for o in done.outcomes) == ["a", "b", "c"]
+    assert [sched.status(name) for name in "abc"] == [Status.DONE] * 3
+
+
 def test_a_group_commit_decides_again_only_for_rows_that_changed(
     store: Store, clock: ManualClock
 ) -> None:
