@@ -275,6 +275,27 @@ def test_a_runner_warns_of_actions_it_does_not_know(
     assert sched.status("a") is Status.SCHEDULED
 
 
+class SlowListingStore(SQLiteStore):
+    """Listing the stored actions takes 2 s (a store of many millions of tasks)."""
+
+    def actions(self) -> set[str]:
+        time.sleep(2)
+        return super().actions()
+
+
+def test_listing_the_stored_actions_delays_no_heartbeat(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sched = DurableScheduler(SlowListingStore(tmp_path / "l.db"), lease=0.3, poll=0.01)
+    sched.register("slow", _slow)  # 0.3 s: one lease, renewed twice meanwhile
+    sched.schedule_once("a", 0, "slow")
+    done = Collector()
+    with Runner(sched, on_outcome=done):
+        done.wait_for(1)
+    assert "lease" not in caplog.text
+    assert [o.task_id for o in sched.history("a")] == ["a"]  # its completion was recorded
+
+
 def test_an_import_path_that_broke_is_left_untouched_with_a_warning(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:

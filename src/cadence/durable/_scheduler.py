@@ -997,7 +997,9 @@ class DurableScheduler(Scheduler):
         beat_every = self._lease / 3
         last_beat = -float("inf")
         seen = None
-        self._warn_unknown()
+        # Listing the stored actions reads every live row (O(tasks)): on a thread of its
+        # own, so that no lease waits for it
+        _thread(self._warn_unknown, "cadence-actions").start()
         interval = min(self._poll, beat_every)
         while not self._keeper_stop.is_set():
             began = time.monotonic()
