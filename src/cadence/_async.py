@@ -38,8 +38,10 @@ class AsyncRunner(Driver):
     coroutine delays no other task; its exception is the run's failure, with
     retries as usual. A fixed-rate task never overlaps itself.
 
-    ``on_outcome(outcome)`` is called on the loop's thread, once per run;
-    an exception from it is logged and changes nothing. Failed runs are
+    ``on_outcome(outcome)`` is called once per run, on the thread that
+    completed it: the loop's, a worker's (with ``executor``), or a durable
+    scheduler's committer thread (with group commit, once the completion is
+    committed); an exception from it is logged and changes nothing. Failed runs are
     logged at WARNING (logger ``cadence``). ``shutdown_timeout`` (real
     seconds) bounds how long exiting waits for runs in progress before
     cancelling the coroutines among them (a cancelled run is reported as

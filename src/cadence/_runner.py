@@ -51,7 +51,9 @@ class Runner(Driver):
     (at most one pool's worth waiting), leaving other due runs to other nodes.
 
     ``on_outcome(outcome)`` is called once per run, outside every lock, on the
-    thread that ran it; an exception from it is logged and changes nothing.
+    thread that ran it (on a durable scheduler with group commit: on its
+    committer thread, once the completion is committed); an exception from
+    it is logged and changes nothing.
     Failed runs are logged with their traceback at WARNING (logger
     ``cadence``), retried ones at INFO. Every outcome's ``started`` is the
     clock's reading when the action started; :meth:`stats` gives lag
