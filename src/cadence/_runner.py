@@ -126,7 +126,7 @@ class Runner(Driver):
             if self._thread is not None or self._stopping:
                 raise RuntimeError("this Runner was already started or stopped; create a new one")
             self._first_reading()
-            self._thread = threading.Thread(target=self._loop, name="cadence-runner", daemon=True)
+            self._thread = threading.Thread(target=self._serve, name="cadence-runner", daemon=True)
         self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))
         if self._virtual:
             self._unsubscribe.append(self._clock.on_change(self._poke))  # type: ignore[attr-defined]
@@ -228,6 +228,13 @@ class Runner(Driver):
     def _poke(self) -> None:
         with self._cond_lock:
             self._cond.notify()
+
+    def _serve(self) -> None:
+        """The dispatcher thread."""
+        try:
+            self._loop()
+        finally:
+            self._scheduler._thread_done()
 
     def _loop(self) -> None:
         # The head is read outside the lock (a durable scheduler reads its store), so

@@ -866,6 +866,10 @@ class Scheduler:
         """
         then(self._complete(task, error, started, finished))
 
+    def _thread_done(self) -> None:
+        """A runner's thread is ending: nothing to do in memory (a durable scheduler
+        closes the store connections that thread opened)."""
+
     # -- wake-ups for runners ----------------------------------------------
 
     def _subscribe(self, callback: Callable[[Time], object]) -> Callable[[], None]:

@@ -139,7 +139,16 @@ class DurableScheduler(Scheduler):
                 "or after a restart; a durable scheduler needs epoch time (time.time, the default)"
             )
         super().__init__(clock, backoff, retry=retry, epoch=True)
-        for method in ("modify", "claim", "heartbeat", "next_due", "get", "rows", "outcomes"):
+        for method in (
+            "modify",
+            "claim",
+            "heartbeat",
+            "next_due",
+            "get",
+            "rows",
+            "outcomes",
+            "release",
+        ):
             if not callable(getattr(store, method, None)):
                 raise TypeError(f"store must be a cadence store (with {method}()), got {store!r}")
         self._lease = _validate.positive("lease", lease)
@@ -964,10 +973,10 @@ class DurableScheduler(Scheduler):
             self._users += 1
             if self._keeper is None:
                 self._keeper_stop.clear()
-                self._keeper = _thread(self._keep, "cadence-heartbeat")
+                self._keeper = self._thread(self._keep, "cadence-heartbeat")
                 self._keeper.start()
                 if self._group:
-                    self._committer = _thread(self._commit_loop, "cadence-committer")
+                    self._committer = self._thread(self._commit_loop, "cadence-committer")
                     self._committer.start()  # it runs while it is self._committer
 
         def stop() -> None:
@@ -992,6 +1001,22 @@ class DurableScheduler(Scheduler):
 
         return stop
 
+    def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """A daemon thread (not started) that runs ``target``, then gives back its
+        store connection."""
+
+        def run() -> None:
+            try:
+                target()
+            finally:
+                self._thread_done()
+
+        return threading.Thread(target=run, name=name, daemon=True)
+
+    def _thread_done(self) -> None:
+        """A thread is done with this scheduler: close the store connections it opened."""
+        self._store.release()
+
     def _keep(self) -> None:
         """The heartbeat thread: renew leases every ``lease / 3``; wake runners on writes."""
         beat_every = self._lease / 3
@@ -999,7 +1024,7 @@ class DurableScheduler(Scheduler):
         seen = None
         # Listing the stored actions reads every live row (O(tasks)): on a thread of its
         # own, so that no lease waits for it
-        _thread(self._warn_unknown, "cadence-actions").start()
+        self._thread(self._warn_unknown, "cadence-actions").start()
         interval = min(self._poll, beat_every)
         while not self._keeper_stop.is_set():
             began = time.monotonic()
@@ -1053,11 +1078,6 @@ class DurableScheduler(Scheduler):
                     task.cancelled = True
                 else:
                     task.until = now + self._lease
-
-
-def _thread(target: Callable[[], None], name: str) -> threading.Thread:
-    """A daemon thread, not started."""
-    return threading.Thread(target=target, name=name, daemon=True)
 
 
 class _Completion(NamedTuple):

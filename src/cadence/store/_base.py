@@ -232,9 +232,14 @@ class StoreBase(ABC):
         return self.modify_many([Edit(task_id, change, fence)])[0]
 
     def _opened(self, connection: T) -> T:
-        """Keep a new connection, for :meth:`close`."""
+        """Keep a new connection, for :meth:`close`, and as the calling thread's, for
+        :meth:`release`."""
         with self._all_lock:
             self._all.append(connection)
+        mine = getattr(self._local, "mine", None)
+        if mine is None:
+            mine = self._local.mine = []
+        mine.append(connection)
         return connection
 
     def close(self) -> None:
@@ -244,6 +249,18 @@ class StoreBase(ABC):
         for connection in opened:
             connection.close()
         self._local = threading.local()
+
+    def release(self) -> None:
+        """Close the connections the calling thread opened. O(connections)."""
+        mine = getattr(self._local, "mine", None)
+        if not mine:
+            return
+        self._local.mine, self._local.db = [], None
+        gone = {id(connection) for connection in mine}
+        with self._all_lock:
+            self._all = [c for c in self._all if id(c) not in gone]
+        for connection in mine:
+            connection.close()
 
 
 class Store(Protocol):
@@ -259,6 +276,12 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release connections; idempotent."""
+        ...
+
+    def release(self) -> None:
+        """Release the calling thread's connection: a thread that is done with the
+        store (a runner's heartbeat or committer thread, at its end) calls it, so
+        that starting and stopping runners leaves no connection behind."""
         ...
 
     def modify(
