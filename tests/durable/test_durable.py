@@ -333,6 +333,38 @@ def _points_to(link: str, path: str) -> bool:
         return False
 
 
+def test_a_write_waits_out_another_process_holding_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past SQLite's busy timeout a write keeps trying (no "database is locked" for
+    the user), up to ``LOCKED_RETRY`` seconds; then the error, and nothing written."""
+    import cadence.store._sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.05)
+    path = tmp_path / "b.db"
+    sched = DurableScheduler(SQLiteStore(path))
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)  # another writer
+
+    def hold(seconds: float) -> threading.Thread:
+        other.execute("BEGIN IMMEDIATE")
+        thread = threading.Timer(seconds, lambda: other.execute("COMMIT"))
+        thread.start()
+        return thread
+
+    holder = hold(0.5)
+    started = time.monotonic()
+    assert sched.schedule_once("a", 0, NOOP)
+    assert time.monotonic() - started >= 0.4
+    holder.join()
+    monkeypatch.setattr(sqlite_store, "LOCKED_RETRY", 0.2)
+    holder = hold(1.0)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        sched.schedule_once("b", 0, NOOP)
+    holder.join()
+    assert sched.status("b") is None
+    assert sched.status("a") is Status.SCHEDULED
+
+
 class SlowListingStore(SQLiteStore):
     """Listing the stored actions takes 2 s (a store of many millions of tasks)."""
 

@@ -172,21 +172,14 @@ class SQLiteStore(StoreBase):
         db = self._db()
         with self._writer:
             deadline = time.monotonic() + LOCKED_RETRY
-            while True:
-                try:
-                    db.execute("BEGIN IMMEDIATE")
-                    break
-                except sqlite3.OperationalError as exc:
-                    if not _busy(exc) or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.01)
+            _while_busy(db, "BEGIN IMMEDIATE", deadline)
             try:
                 yield db
+                _while_busy(db, "COMMIT", deadline)
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-            _commit(db, deadline)
 
     def open(self) -> None:
         """Create the schema, or migrate an older one forward, in one transaction.
@@ -422,14 +415,15 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in message or "busy" in message
 
 
-def _commit(db: sqlite3.Connection, deadline: float) -> None:
+def _while_busy(db: sqlite3.Connection, statement: str, deadline: float) -> None:
+    """Execute ``statement``, again every 10 ms while another process holds the
+    database (past the busy timeout), until ``deadline``."""
     while True:
         try:
-            db.execute("COMMIT")
+            db.execute(statement)
             return
         except sqlite3.OperationalError as exc:
             if not _busy(exc) or time.monotonic() > deadline:
-                db.execute("ROLLBACK")
                 raise
             time.sleep(0.01)
 
