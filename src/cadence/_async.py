@@ -7,7 +7,7 @@ import concurrent.futures
 import contextlib
 import math
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
@@ -38,10 +38,10 @@ class AsyncRunner(Driver):
     coroutine delays no other task; its exception is the run's failure, with
     retries as usual. A fixed-rate task never overlaps itself.
 
-    ``on_outcome(outcome)`` is called once per run, on the thread that
-    completed it: the loop's, a worker's (with ``executor``), or a durable
-    scheduler's committer thread (with group commit, once the completion is
-    committed); an exception from it is logged and changes nothing. Failed runs are
+    ``on_outcome(outcome)`` is called on the loop's thread, once per run
+    (also for runs that ran on a worker, and on a durable scheduler, whose
+    completions are committed on a thread of their own, once committed); an
+    exception from it is logged and changes nothing. Failed runs are
     logged at WARNING (logger ``cadence``). ``shutdown_timeout`` (real
     seconds) bounds how long exiting waits for runs in progress before
     cancelling the coroutines among them (a cancelled run is reported as
@@ -86,6 +86,7 @@ class AsyncRunner(Driver):
         self._wake_pending = False
         self._drop_queued = False
         self._runs: set[asyncio.Future[Any]] = set()
+        self._reports = 0  # reports sent to the loop from other threads, not yet made
         self._abandoned: set[asyncio.Future[Any]] = set()
         self._unsubscribe: list[Any] = []
         self._virtual = hasattr(self._clock, "on_change")
@@ -149,6 +150,8 @@ class AsyncRunner(Driver):
             self._timer.cancel()
             self._timer = None
         finished = await self._await_runs(self._shutdown_timeout if timeout is None else timeout)
+        while self._reports:  # sent by other threads before their runs ended: made next
+            await asyncio.sleep(0)
         if not finished:
             # Coroutines are cancelled (reported as failed); runs still queued in the
             # executor will not start; a worker thread already running cannot be stopped.
@@ -162,6 +165,27 @@ class AsyncRunner(Driver):
                     self._abandon_coroutine(run)
         self._raise_fatal()
         return finished
+
+    def _deliver(self, report: Callable[[], None]) -> None:
+        """Make a finished run's report on the loop's thread: one finished on another
+        (a worker, a durable scheduler's committer) is sent there. O(1)."""
+        loop = self._loop
+        if loop is None or threading.get_ident() == self._loop_thread:
+            report()
+            return
+        with self._wake_lock:
+            self._reports += 1
+        try:
+            loop.call_soon_threadsafe(self._make_report, report)
+        except RuntimeError:  # the loop is closed: reported here rather than never
+            self._make_report(report)
+
+    def _make_report(self, report: Callable[[], None]) -> None:
+        try:
+            report()
+        finally:
+            with self._wake_lock:
+                self._reports -= 1
 
     def _others(self) -> set[asyncio.Future[Any]]:
         """The runs in progress but the caller's own."""

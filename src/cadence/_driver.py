@@ -282,7 +282,8 @@ class Driver:
         returns only once ``on_outcome`` has seen every run. The scheduler
         reports through ``then``, at once in memory; a durable scheduler may
         report a little later, once the completion is committed (group
-        commit, :meth:`Scheduler._complete_later`).
+        commit, :meth:`Scheduler._complete_later`). The report is made where
+        :meth:`_deliver` says.
         """
         try:
             finished = self._now()
@@ -290,12 +291,10 @@ class Driver:
             error, finished = exc, started
         reported = False
 
-        def then(outcome: RunOutcome) -> None:
+        def report(outcome: RunOutcome) -> None:
             # Reporting is part of the run, on whichever thread it happens (a durable
-            # scheduler may report a held-back completion from its heartbeat thread):
-            # a stop() from on_outcome there must not wait for the report it is in.
-            nonlocal reported
-            reported = True
+            # scheduler reports from its committer thread): a stop() from on_outcome
+            # there must not wait for the report it is in.
             inside = self._is_inside()
             self._inside.active = True
             try:
@@ -304,12 +303,21 @@ class Driver:
                 self._inside.active = inside
                 self._finished(was_running=True)
 
+        def then(outcome: RunOutcome) -> None:
+            nonlocal reported
+            reported = True
+            self._deliver(lambda: report(outcome))
+
         try:
             self._scheduler._complete_later(task, error, started, finished, then)
         except BaseException:
             if not reported:
                 self._finished(was_running=True)
             raise
+
+    def _deliver(self, report: Callable[[], None]) -> None:
+        """Make a finished run's report: here, on the thread that finished it."""
+        report()
 
     def _never_ran(self, task: Task, future: concurrent.futures.Future[Any] | Any) -> None:
         """Fail the run of a future that ended without running it (cancelled, failed, dropped).

@@ -554,6 +554,32 @@ def test_the_async_runner_drives_a_durable_scheduler(tmp_path: Path) -> None:
     assert asyncio.run(main()) == [6]
 
 
+@pytest.mark.parametrize("pool", [False, True])
+def test_the_async_runner_reports_on_the_loop_thread(tmp_path: Path, pool: bool) -> None:
+    """Completions are committed on the committer thread (and run on workers, with a
+    pool); on_outcome still sees each on the loop's thread, before stop() returns."""
+    sched = DurableScheduler(SQLiteStore(tmp_path / "l.db"))
+    threads: list[int] = []
+
+    async def main() -> int:
+        executor = concurrent.futures.ThreadPoolExecutor(2) if pool else None
+        async with AsyncRunner(
+            sched, executor=executor, on_outcome=lambda o: threads.append(threading.get_ident())
+        ):
+            for i in range(10):
+                sched.schedule_once(f"t{i}", 0, NOOP)
+            for _ in range(200):
+                if len(threads) == 10:
+                    break
+                await asyncio.sleep(0.02)
+        if executor:
+            executor.shutdown()
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert threads == [loop_thread] * 10
+
+
 async def _later(x: int) -> int:
     await asyncio.sleep(0)
     return x + 1
