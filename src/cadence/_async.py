@@ -14,7 +14,7 @@ from typing import Any
 from ._driver import CLOCK_RETRY, Driver, OnOutcome, logger
 from ._engine import Task
 from ._scheduler import Scheduler
-from ._types import Time
+from ._types import RunOutcome, Time
 
 CANCEL_GRACE = 1.0
 """Real seconds a coroutine cancelled at shutdown has to unwind; one that
@@ -166,23 +166,23 @@ class AsyncRunner(Driver):
         self._raise_fatal()
         return finished
 
-    def _deliver(self, report: Callable[[], None]) -> None:
+    def _deliver(self, report: Callable[[RunOutcome], None], outcome: RunOutcome) -> None:
         """Make a finished run's report on the loop's thread: one finished on another
         (a worker, a durable scheduler's committer) is sent there. O(1)."""
         loop = self._loop
         if loop is None or threading.get_ident() == self._loop_thread:
-            report()
+            report(outcome)
             return
         with self._wake_lock:
             self._reports += 1
         try:
-            loop.call_soon_threadsafe(self._make_report, report)
+            loop.call_soon_threadsafe(self._make_report, report, outcome)
         except RuntimeError:  # the loop is closed: reported here rather than never
-            self._make_report(report)
+            self._make_report(report, outcome)
 
-    def _make_report(self, report: Callable[[], None]) -> None:
+    def _make_report(self, report: Callable[[RunOutcome], None], outcome: RunOutcome) -> None:
         try:
-            report()
+            report(outcome)
         finally:
             with self._wake_lock:
                 self._reports -= 1

@@ -306,7 +306,7 @@ class Driver:
         def then(outcome: RunOutcome) -> None:
             nonlocal reported
             reported = True
-            self._deliver(lambda: report(outcome))
+            self._deliver(report, outcome)
 
         try:
             self._scheduler._complete_later(task, error, started, finished, then)
@@ -315,9 +315,10 @@ class Driver:
                 self._finished(was_running=True)
             raise
 
-    def _deliver(self, report: Callable[[], None]) -> None:
-        """Make a finished run's report: here, on the thread that finished it."""
-        report()
+    def _deliver(self, report: Callable[[RunOutcome], None], outcome: RunOutcome) -> None:
+        """Make a finished run's report, ``report(outcome)``: here, on the thread that
+        finished it."""
+        report(outcome)
 
     def _never_ran(self, task: Task, future: concurrent.futures.Future[Any] | Any) -> None:
         """Fail the run of a future that ended without running it (cancelled, failed, dropped).
