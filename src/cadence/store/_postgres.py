@@ -258,9 +258,10 @@ class PostgresStore(StoreBase):
 
         Round trips: a lone completion decided in advance is one statement,
         its own transaction (no ``BEGIN``/``COMMIT`` round trips); several
-        are sent together in one pipelined transaction, so a group commit
-        waits for the server about once, however many it holds. Anything
-        else reads, decides and writes inside a transaction.
+        are sent together, as one ``executemany`` (the statement converted
+        once, not once per completion) in one pipelined transaction, so a
+        group commit waits for the server about once, however many it holds.
+        Anything else reads, decides and writes inside a transaction.
 
         A commit whose outcome is unknown (the connection dropped during it)
         is resolved through the outcomes' key: if the first edit's outcome row
@@ -270,18 +271,20 @@ class PostgresStore(StoreBase):
             try:
                 db = self._db()
                 if len(edits) == 1:
-                    sent = self._send_expected(db, edits[0])  # autocommit: atomic alone
-                    done = None if sent is None else self._expected_done(db, edits[0], sent)
-                    if done is not None:
-                        return [done]
+                    params = _expected_params(edits[0])
+                    if params is not None:  # autocommit: atomic alone
+                        found = db.execute(_expected(self._p), params).fetchone()
+                        if found is not None:
+                            return [self._expected_done(db, edits[0], found)]
                     with self._transaction() as db:  # (a version never comes back)
                         return [self._decide_in(db, edits[0])]
                 with db.pipeline(), self._transaction() as db:
-                    sent_all = [self._send_expected(db, edit) for edit in edits]
+                    found_all = self._send_expected(db, edits)
                     return [
-                        self._apply(db, edit, sent)
-                        for edit, sent in zip(edits, sent_all, strict=True)
-                    ]
+                        self._decide_in(db, edit) if found is None
+                        else self._expected_done(db, edit, found)
+                        for edit, found in zip(edits, found_all, strict=True)
+                    ]  # fmt: skip
             except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
                 if attempt == RETRIES:
                     raise
@@ -319,42 +322,33 @@ class PostgresStore(StoreBase):
             return None
         return [e.expect[1] if e.expect is not None else None for e in edits]
 
-    def _apply(
-        self, db: psycopg.Connection[Any], edit: Edit, sent: psycopg.Cursor[Any] | None
-    ) -> Change[Any] | None:
-        """One edit of a transaction: as sent in advance, else decided from the row."""
-        done = None if sent is None else self._expected_done(db, edit, sent)
-        return done if done is not None else self._decide_in(db, edit)
-
     def _send_expected(
-        self, db: psycopg.Connection[Any], edit: Edit
-    ) -> psycopg.Cursor[Any] | None:
-        """Send a completion decided in advance (``None`` for any other edit): the
-        conditional UPDATE and the outcome's INSERT in one statement; nothing is
-        inserted unless the row was still at the expected version."""
-        task_id, _, fence, expect = edit
-        if expect is None or expect[1].outcome is None:
-            return None
-        version, decided = expect
-        new, outcome = decided.row, decided.outcome
-        assert new is not None
-        assert outcome is not None
-        new.version = version + 1
-        state, status, due, _, owner, until, expiries, version_ = run_values(new, _num)
-        return db.execute(
-            _expected(self._p),
-            (state, status, due, decided.requeued, owner, until, expiries, version_, task_id,
-             fence, version, *_outcome_values(outcome)),
-        )  # fmt: skip
+        self, db: psycopg.Connection[Any], edits: Sequence[Edit]
+    ) -> list[tuple[Any, ...] | None]:
+        """Send the completions decided in advance among ``edits`` (one ``executemany``):
+        each a conditional UPDATE and the outcome's INSERT in one statement, nothing
+        inserted unless the row was still at the expected version. For each edit, the
+        row that statement returned (``None``: not sent, or its row had changed)."""
+        params = [_expected_params(edit) for edit in edits]
+        sent = [p for p in params if p is not None]
+        if not sent:
+            return [None] * len(edits)
+        cursor = db.cursor()
+        cursor.executemany(_expected(self._p), sent, returning=True)
+        found: list[tuple[Any, ...] | None] = []
+        for p in params:
+            if p is None:
+                found.append(None)
+                continue
+            found.append(cursor.fetchone())
+            cursor.nextset()
+        return found
 
     def _expected_done(
-        self, db: psycopg.Connection[Any], edit: Edit, sent: psycopg.Cursor[Any]
-    ) -> Change[Any] | None:
-        """The change, if the statement :meth:`_send_expected` sent found its row as
-        expected (``None``: nothing was written; decide again from the row)."""
-        found = sent.fetchone()
-        if found is None:
-            return None
+        self, db: psycopg.Connection[Any], edit: Edit, found: tuple[Any, ...]
+    ) -> Change[Any]:
+        """The change a completion decided in advance made, its statement having
+        returned ``found`` (the run's ``seq``)."""
         assert edit.expect is not None
         decided = edit.expect[1]
         assert decided.row is not None
@@ -574,6 +568,22 @@ class PostgresStore(StoreBase):
 def _outcome_values(o: OutcomeRow) -> tuple[Any, ...]:
     return (o.task_id, _num(o.slot), o.attempt, o.fence, _num(o.at), o.result, o.error,
             _num(o.started), _num(o.finished), o.skipped, o.owner, o.value)  # fmt: skip
+
+
+def _expected_params(edit: Edit) -> tuple[Any, ...] | None:
+    """The parameters of :func:`_expected` for a completion decided in advance
+    (``None`` for any other edit)."""
+    task_id, _, fence, expect = edit
+    if expect is None or expect[1].outcome is None:
+        return None
+    version, decided = expect
+    new, outcome = decided.row, decided.outcome
+    assert new is not None
+    assert outcome is not None
+    new.version = version + 1
+    state, status, due, _, owner, until, expiries, version_ = run_values(new, _num)
+    return (state, status, due, decided.requeued, owner, until, expiries, version_, task_id,
+            fence, version, *_outcome_values(outcome))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=16)
