@@ -104,12 +104,56 @@ def update_sql(table: str, columns: str, mark: str, where: str) -> str:
     return f"UPDATE {table} SET {sets} WHERE {where}"
 
 
-def run_values(row: TaskRow, encode: Callable[[Any], Any] = lambda t: t) -> tuple[Any, ...]:
+def _same(value: Any) -> Any:
+    return value
+
+
+def run_values(row: TaskRow, encode: Callable[[Any], Any] = _same) -> tuple[Any, ...]:
     """``row``'s values for :data:`RUN_COLUMNS`, times through ``encode``."""
     return (
         json.dumps(row.state, allow_nan=False), row.status, encode(row.due), row.seq,
         row.owner, encode(row.lease_until), row.expiries, row.version,
     )  # fmt: skip
+
+
+def row_values(row: TaskRow, encode: Callable[[Any], Any] = _same) -> tuple[Any, ...]:
+    """``row``'s values for :data:`COLUMNS`, times through ``encode``: how the
+    database stores write a whole row. An unchanged spec is not encoded again."""
+    raw = row.spec_text
+    spec = (
+        raw[1] if raw is not None and raw[0] is row.spec else json.dumps(row.spec, allow_nan=False)
+    )
+    return (
+        row.task_id, row.action, spec, json.dumps(row.state, allow_nan=False), row.status,
+        row.paused, encode(row.due), row.priority, row.seq, row.fence, row.owner,
+        encode(row.lease_until), row.expiries, row.version,
+    )  # fmt: skip
+
+
+def task_row(found: Sequence[Any], decode: Callable[[Any], Any] = _same) -> TaskRow:
+    """The :class:`TaskRow` a database store read (its :data:`COLUMNS`), times
+    through ``decode``. Raises :class:`StoreError` for a spec or state that is not
+    JSON (the row is left as it is)."""
+    task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
+    owner, lease_until, expiries, version = found[10:]
+    try:
+        spec_value, state_value = _parsed(spec), json.loads(state)
+    except ValueError as exc:
+        raise StoreError(
+            f"task {task_id!r}: its stored spec or state is not valid JSON ({exc}); "
+            "the row is left as it is"
+        ) from None
+    return TaskRow(
+        task_id, action, spec_value, state_value, status, bool(paused), decode(due), priority,
+        seq, fence, owner, decode(lease_until), expiries, version, spec_text=(spec_value, spec),
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> Any:
+    """A stored spec, parsed once per distinct text: specs repeat, and are shared
+    (they are replaced, never changed in place)."""
+    return json.loads(text)
 
 
 def _deep(value: Any) -> Any:

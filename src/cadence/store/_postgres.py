@@ -20,7 +20,6 @@ remains the safety net.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -47,10 +46,11 @@ from ._base import (
     Known,
     OutcomeRow,
     StoreBase,
-    StoreError,
     TaskRow,
     migrate,
+    row_values,
     run_values,
+    task_row,
     update_sql,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
@@ -363,7 +363,7 @@ class PostgresStore(StoreBase):
         found = db.execute(
             f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = %s FOR UPDATE", (task_id,)
         ).fetchone()
-        row = None if found is None else _row(found)
+        row = None if found is None else task_row(found, _time)
         if fence is not None and (row is None or row.fence != fence):
             return None
         decided = change(row)
@@ -371,7 +371,7 @@ class PostgresStore(StoreBase):
         if new is not None:
             new.version = 0 if row is None else row.version + 1
             self._seq(db, decided)
-            values = _values(new)
+            values = row_values(new, _num)
             if row is None:
                 marks = ",".join(["%s"] * len(values))
                 db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
@@ -424,7 +424,8 @@ class PostgresStore(StoreBase):
                 f"RETURNING {_returning()}",
                 (_num(now), *params, limit, node, until),
             ).fetchall()
-            rows = sorted((_row(r) for r in due), key=lambda r: (r.due, r.priority, r.seq))
+            rows = [task_row(r, _time) for r in due]
+            rows.sort(key=lambda r: (r.due, r.priority, r.seq))
             if len(rows) < limit:
                 expired = db.execute(
                     f"WITH expired AS MATERIALIZED (SELECT task_id FROM {p}tasks "
@@ -436,7 +437,7 @@ class PostgresStore(StoreBase):
                     (_num(now), *params, limit - len(rows), node, until),
                 ).fetchall()
                 for found in expired:
-                    row = _row(found)
+                    row = task_row(found, _time)
                     row.reclaimed = True
                     rows.append(row)
             return rows
@@ -490,7 +491,7 @@ class PostgresStore(StoreBase):
                 f"SELECT {_COLUMNS} FROM {self._p}tasks WHERE task_id = %s", (task_id,)
             ).fetchone()
         )
-        return None if found is None else _row(found)
+        return None if found is None else task_row(found, _time)
 
     def actions(self) -> set[str]:
         """See :meth:`cadence.store.Store.actions`."""
@@ -509,7 +510,7 @@ class PostgresStore(StoreBase):
                 f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id"
             ).fetchall()
         )
-        return [_row(r) for r in found]
+        return [task_row(r, _time) for r in found]
 
     def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
         """See :meth:`cadence.store.Store.outcomes`."""
@@ -614,34 +615,6 @@ def _known(known: Known) -> tuple[str, list[Any]]:
         "(action = ANY(%s) OR (strpos(action, ':') > 0 AND NOT action = ANY(%s)))",
         [list(known.names), list(known.broken)],
     )
-
-
-def _row(found: Sequence[Any]) -> TaskRow:
-    task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
-    owner, lease_until, expiries, version = found[10:]
-    try:
-        spec_value, state_value = json.loads(spec), json.loads(state)
-    except ValueError as exc:
-        raise StoreError(
-            f"task {task_id!r}: its stored spec or state is not valid JSON ({exc}); "
-            "the row is left as it is"
-        ) from None
-    return TaskRow(
-        task_id, action, spec_value, state_value, status, bool(paused), _time(due), priority,
-        seq, fence, owner, _time(lease_until), expiries, version, spec_text=(spec_value, spec),
-    )  # fmt: skip
-
-
-def _values(row: TaskRow) -> tuple[Any, ...]:
-    raw = row.spec_text
-    spec = (
-        raw[1] if raw is not None and raw[0] is row.spec else json.dumps(row.spec, allow_nan=False)
-    )
-    return (
-        row.task_id, row.action, spec, json.dumps(row.state, allow_nan=False), row.status,
-        row.paused, _num(row.due), row.priority, row.seq, row.fence, row.owner,
-        _num(row.lease_until), row.expiries, row.version,
-    )  # fmt: skip
 
 
 __all__ = ["PostgresStore"]

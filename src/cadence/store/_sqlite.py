@@ -12,8 +12,6 @@ memory).
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import sqlite3
 import threading
@@ -38,7 +36,9 @@ from ._base import (
     StoreError,
     TaskRow,
     migrate,
+    row_values,
     run_values,
+    task_row,
     update_sql,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
@@ -218,7 +218,7 @@ class SQLiteStore(StoreBase):
                 found = db.execute(
                     f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = ?", (task_id,)
                 ).fetchone()
-                row = None if found is None else _row(found)
+                row = None if found is None else task_row(found)
                 if fence is not None and (row is None or row.fence != fence):
                     results.append(None)
                     continue
@@ -227,7 +227,7 @@ class SQLiteStore(StoreBase):
                 if new is not None:
                     new.version = 0 if row is None else row.version + 1
                     self._seq(db, decided)
-                    values = _values(new)
+                    values = row_values(new)
                     if row is None:
                         marks = ",".join("?" * len(values))
                         db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
@@ -310,9 +310,9 @@ class SQLiteStore(StoreBase):
                     (node, until, now, *params, limit - len(due)),
                 ).fetchall()
             )
-        rows = sorted((_row(r) for r in due), key=lambda r: (r.due, r.priority, r.seq))
+        rows = sorted((task_row(r) for r in due), key=lambda r: (r.due, r.priority, r.seq))
         for found in expired:
-            row = _row(found)
+            row = task_row(found)
             row.reclaimed = True
             rows.append(row)
         return rows
@@ -356,7 +356,7 @@ class SQLiteStore(StoreBase):
             .execute(f"SELECT {_COLUMNS} FROM {self._p}tasks WHERE task_id = ?", (task_id,))
             .fetchone()
         )
-        return None if found is None else _row(found)
+        return None if found is None else task_row(found)
 
     def actions(self) -> set[str]:
         """See :meth:`cadence.store.Store.actions`."""
@@ -369,7 +369,7 @@ class SQLiteStore(StoreBase):
     def rows(self) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.rows`."""
         found = self._db().execute(f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id")
-        return [_row(r) for r in found.fetchall()]
+        return [task_row(r) for r in found.fetchall()]
 
     def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
         """See :meth:`cadence.store.Store.outcomes`."""
@@ -435,69 +435,6 @@ def _known(known: Known) -> tuple[str, list[str]]:
     broken_marks = ",".join("?" * len(broken))
     sql = f"(action IN ({marks}) OR (instr(action, ':') > 0 AND action NOT IN ({broken_marks})))"
     return sql, [*names, *broken]
-
-
-def _row(found: Sequence[Any]) -> TaskRow:
-    task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
-    owner, lease_until, expiries, version = found[10:]
-    try:
-        spec_value, state_value = _decode(spec), json.loads(state)
-    except ValueError as exc:
-        raise StoreError(
-            f"task {task_id!r}: its stored spec or state is not valid JSON ({exc}); "
-            "the row is left as it is"
-        ) from None
-    return TaskRow(
-        task_id,
-        action,
-        spec_value,
-        state_value,
-        status,
-        bool(paused),
-        due,
-        priority,
-        seq,
-        fence,
-        owner,
-        lease_until,
-        expiries,
-        version,
-        spec_text=(spec_value, spec),
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed(text: str) -> Any:
-    return json.loads(text)
-
-
-def _decode(text: str) -> Any:
-    """A stored spec: parsed once per distinct text (specs repeat, and are shared:
-    they are replaced, never changed in place)."""
-    return _parsed(text)
-
-
-def _values(row: TaskRow) -> tuple[Any, ...]:
-    raw = row.spec_text
-    spec = (
-        raw[1] if raw is not None and raw[0] is row.spec else json.dumps(row.spec, allow_nan=False)
-    )
-    return (
-        row.task_id,
-        row.action,
-        spec,
-        json.dumps(row.state, allow_nan=False),
-        row.status,
-        int(row.paused),
-        row.due,
-        row.priority,
-        row.seq,
-        row.fence,
-        row.owner,
-        row.lease_until,
-        row.expiries,
-        row.version,
-    )
 
 
 __all__ = ["SQLiteStore", "StoreError"]
