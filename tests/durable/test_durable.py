@@ -30,7 +30,16 @@ from cadence import (
 )
 from cadence.cron import Cron
 from cadence.durable import LeaseExpired, StoredError
-from cadence.store import MemoryStore, SQLiteStore, Store, StoreError, open_store
+from cadence.store import (
+    Change,
+    Edit,
+    MemoryStore,
+    SQLiteStore,
+    Store,
+    StoreError,
+    TaskRow,
+    open_store,
+)
 from tests.durable import jobs
 from tests.helpers import Collector, make_store, rows, wait_until
 
@@ -736,6 +745,38 @@ def test_a_group_commit_decides_again_only_for_rows_that_changed(
     assert sched.is_paused("b")
     assert [o.task_id for o in sched.history("c")] == []  # the stale holder wrote nothing
     assert store.get("c").owner == "other"  # type: ignore[union-attr]
+
+
+def test_a_group_commit_applies_edits_of_one_task_in_their_order(
+    store: Store, clock: ManualClock
+) -> None:
+    """Edits of one task in one ``modify_many`` apply in order: a change before a
+    completion decided in advance sees the row as claimed, and the completion then
+    decides again from the row that change wrote (the stores write most completions
+    in one statement; not those of a task edited twice)."""
+    sched = DurableScheduler(store, clock=clock, lease=100)
+    for name in "ab":
+        sched.schedule_at_fixed_rate(name, 0, 10, NOOP)
+    held = [sched._claim(1000.0, room=1) for _ in "ab"]
+    assert [t.task_id for t in held if t is not None] == ["a", "b"]
+    completions = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
+    seen: list[tuple[str, int]] = []
+
+    def look(row: TaskRow | None) -> Change[None]:
+        assert row is not None
+        seen.append((row.status, row.version))
+        row.priority = 7  # a write: the completion decided in advance no longer holds
+        return Change(None, row=row)
+
+    version = store.get("a").version  # type: ignore[union-attr]
+    a_look, a_done, b_done = store.modify_many([Edit("a", look), completions[0], completions[1]])
+    assert seen == [("running", version)]  # before the completion, as sent
+    assert a_look is not None
+    assert a_done is not None
+    assert b_done is not None
+    assert [o.result for o in (a_done.value, b_done.value)] == ["ok", "ok"]
+    assert (store.get("a").priority, store.get("a").status) == (7, "scheduled")  # type: ignore[union-attr]
+    assert sched.next_run_time("a") == sched.next_run_time("b") == 1010
 
 
 def test_prune_deletes_old_outcomes_and_finished_tasks_only(

@@ -24,6 +24,7 @@ import functools
 import json
 import threading
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
@@ -215,6 +216,14 @@ class Edit(NamedTuple):
     change: Callable[[TaskRow | None], Change[Any]]
     fence: int | None = None
     expect: tuple[int, Change[Any]] | None = None
+
+
+def ahead(edits: Sequence[Edit]) -> list[bool]:
+    """Which of ``edits`` a database store may write ahead of the others, all in one
+    statement: those decided in advance (:attr:`Edit.expect`) whose task has no other
+    edit among them (the edits of one task apply in their order). O(len(edits))."""
+    counts = Counter(edit.task_id for edit in edits)
+    return [edit.expect is not None and counts[edit.task_id] == 1 for edit in edits]
 
 
 class Known(NamedTuple):

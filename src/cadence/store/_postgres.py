@@ -47,6 +47,7 @@ from ._base import (
     OutcomeRow,
     StoreBase,
     TaskRow,
+    ahead,
     migrate,
     row_values,
     run_values,
@@ -325,11 +326,15 @@ class PostgresStore(StoreBase):
     def _send_expected(
         self, db: psycopg.Connection[Any], edits: Sequence[Edit]
     ) -> list[tuple[Any, ...] | None]:
-        """Send the completions decided in advance among ``edits`` (one ``executemany``):
+        """Send the completions decided in advance among ``edits`` (one ``executemany``),
+        those of tasks edited more than once excepted (:func:`~cadence.store._base.ahead`):
         each a conditional UPDATE and the outcome's INSERT in one statement, nothing
         inserted unless the row was still at the expected version. For each edit, the
         row that statement returned (``None``: not sent, or its row had changed)."""
-        params = [_expected_params(edit) for edit in edits]
+        params = [
+            _expected_params(edit) if first else None
+            for edit, first in zip(edits, ahead(edits), strict=True)
+        ]
         sent = [p for p in params if p is not None]
         if not sent:
             return [None] * len(edits)

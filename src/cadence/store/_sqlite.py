@@ -12,6 +12,7 @@ memory).
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -35,6 +36,7 @@ from ._base import (
     StoreBase,
     StoreError,
     TaskRow,
+    ahead,
     migrate,
     row_values,
     run_values,
@@ -207,12 +209,10 @@ class SQLiteStore(StoreBase):
         p = self._p
         results: list[Change[Any] | None] = []
         with self._write() as db:
-            # One seq for each completion decided in advance that queues its next run,
-            # taken at once (unused ones leave gaps: only their order matters).
-            requeued = sum(1 for e in edits if e.expect is not None and e.expect[1].requeued)
-            seqs = iter(self._seqs(db, requeued))
-            for task_id, change, fence, expect in edits:
-                if expect is not None and self._write_expected(db, task_id, fence, *expect, seqs):
+            written = self._write_expected(db, edits)
+            for (task_id, change, fence, expect), done in zip(edits, written, strict=True):
+                if done:
+                    assert expect is not None
                     results.append(expect[1])
                     continue
                 found = db.execute(
@@ -240,26 +240,45 @@ class SQLiteStore(StoreBase):
                 results.append(decided)
         return results
 
-    def _write_expected(
-        self, db: sqlite3.Connection, task_id: str, fence: int | None, version: int,
-        decided: Change[Any], seqs: Iterator[int],
-    ) -> bool:  # fmt: skip
-        """Write a change decided in advance, if the row is still at ``version``: one UPDATE."""
-        new = decided.row
-        assert new is not None
-        new.version = version + 1
-        if decided.requeued:
-            new.seq = next(seqs)
-        cursor = db.execute(
-            update_sql(
-                f"{self._p}tasks", RUN_COLUMNS, "?", "task_id = ? AND fence = ? AND version = ?"
-            ),
-            (*run_values(new), task_id, fence, version),
-        )
-        if cursor.rowcount != 1:
-            return False
-        self._record(db, decided)
-        return True
+    def _write_expected(self, db: sqlite3.Connection, edits: Sequence[Edit]) -> list[bool]:
+        """Write every change decided in advance (:attr:`Edit.expect`) whose row is still
+        at its expected version and fence, and record their outcomes: one UPDATE and one
+        INSERT for them all (per :data:`CHUNK` edits). Whether each edit was written.
+
+        The edits of a task edited more than once are left to the caller's
+        read-and-decide path (see :func:`~cadence.store._base.ahead`). The ``seq`` values
+        of the runs queued anew are taken at once (unused ones leave gaps:
+        only their order matters). O(len(edits)).
+        """
+        sent = ahead(edits)
+        mine = [
+            (e.task_id, e.fence, *e.expect)
+            for e, first in zip(edits, sent, strict=True)
+            if first and e.expect is not None
+        ]
+        seqs = iter(self._seqs(db, sum(1 for *_, decided in mine if decided.requeued)))
+        written: set[str] = set()
+        for start in range(0, len(mine), CHUNK):
+            chunk = mine[start : start + CHUNK]
+            params: list[Any] = []
+            for task_id, fence, version, decided in chunk:
+                new = decided.row
+                assert new is not None
+                new.version = version + 1
+                if decided.requeued:
+                    new.seq = next(seqs)
+                params += (task_id, fence, version, *run_values(new))
+            found = db.execute(_expected_sql(self._p, len(chunk)), params).fetchall()
+            written.update(task_id for (task_id,) in found)
+            outcomes = [
+                value
+                for task_id, *_, decided in chunk
+                if task_id in written and decided.outcome is not None
+                for value in decided.outcome
+            ]
+            if outcomes:
+                db.execute(_outcomes_sql(self._p, len(outcomes) // OUTCOME_WIDTH), outcomes)
+        return [first and e.task_id in written for e, first in zip(edits, sent, strict=True)]
 
     def _seqs(self, db: sqlite3.Connection, n: int) -> range:
         """``n`` new, increasing ``seq`` values (one statement)."""
@@ -278,11 +297,7 @@ class SQLiteStore(StoreBase):
 
     def _record(self, db: sqlite3.Connection, decided: Change[Any]) -> None:
         if decided.outcome is not None:
-            marks = ",".join("?" * len(decided.outcome))
-            db.execute(
-                f"INSERT INTO {self._p}outcomes ({_OUTCOME_COLUMNS}) VALUES ({marks})",
-                decided.outcome,
-            )
+            db.execute(_outcomes_sql(self._p, 1), decided.outcome)
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.claim`."""
@@ -408,6 +423,42 @@ class SQLiteStore(StoreBase):
     def now(self) -> None:
         """``None``: processes sharing a SQLite file share the host's clock."""
         return
+
+
+CHUNK = 500
+"""The most rows one statement of :meth:`SQLiteStore._write_expected` writes (SQLite
+allows 32,766 parameters a statement)."""
+OUTCOME_WIDTH = len(_OUTCOME_COLUMNS.split(","))
+
+
+@functools.lru_cache(maxsize=256)
+def _expected_sql(p: str, rows: int) -> str:
+    """UPDATE of ``rows`` rows to their runs decided in advance, each only if it is
+    still at the expected fence and version; returns the keys of those written.
+    Parameters per row: key, fence, version, then :data:`RUN_COLUMNS`'s. (One row
+    is a plain UPDATE: SQLite's ``UPDATE ... FROM`` costs more than it saves there.)"""
+    names = [name.strip() for name in RUN_COLUMNS.split(",")]
+    if rows == 1:
+        sets = ", ".join(f"{n} = ?{i}" for i, n in enumerate(names, start=4))
+        return (
+            f"UPDATE {p}tasks SET {sets} WHERE task_id = ?1 AND fence = ?2 AND version = ?3 "
+            "RETURNING task_id"
+        )
+    sets = ", ".join(f"{n} = v.new_{n}" for n in names)
+    values = ",".join([f"({','.join('?' * (3 + len(names)))})"] * rows)
+    return (
+        f"WITH v(task_id, fence, version, {', '.join('new_' + n for n in names)}) "
+        f"AS (VALUES {values}) UPDATE {p}tasks SET {sets} FROM v "
+        f"WHERE {p}tasks.task_id = v.task_id AND {p}tasks.fence = v.fence "
+        f"AND {p}tasks.version = v.version RETURNING {p}tasks.task_id"
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _outcomes_sql(p: str, rows: int) -> str:
+    """INSERT of ``rows`` outcomes."""
+    marks = ",".join([f"({','.join('?' * OUTCOME_WIDTH)})"] * rows)
+    return f"INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) VALUES {marks}"
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
