@@ -435,8 +435,8 @@ OUTCOME_WIDTH = len(_OUTCOME_COLUMNS.split(","))
 def _expected_sql(p: str, rows: int) -> str:
     """UPDATE of ``rows`` rows to their runs decided in advance, each only if it is
     still at the expected fence and version; returns the keys of those written.
-    Parameters per row: key, fence, version, then :data:`RUN_COLUMNS`'s. (One row
-    is a plain UPDATE: SQLite's ``UPDATE ... FROM`` costs more than it saves there.)"""
+    Parameters per row: key, fence, version, then :data:`RUN_COLUMNS`'s (for one row,
+    a plain UPDATE: nothing to join)."""
     names = [name.strip() for name in RUN_COLUMNS.split(",")]
     if rows == 1:
         sets = ", ".join(f"{n} = ?{i}" for i, n in enumerate(names, start=4))
