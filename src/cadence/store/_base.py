@@ -105,6 +105,11 @@ def update_sql(table: str, columns: str, mark: str, where: str) -> str:
     return f"UPDATE {table} SET {sets} WHERE {where}"
 
 
+_encode = json.JSONEncoder(allow_nan=False).encode
+"""A spec or state as stored: JSON, no NaN or infinity (``json.dumps`` with an
+argument builds a new encoder per call)."""
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -112,7 +117,7 @@ def _same(value: Any) -> Any:
 def run_values(row: TaskRow, encode: Callable[[Any], Any] = _same) -> tuple[Any, ...]:
     """``row``'s values for :data:`RUN_COLUMNS`, times through ``encode``."""
     return (
-        json.dumps(row.state, allow_nan=False), row.status, encode(row.due), row.seq,
+        _encode(row.state), row.status, encode(row.due), row.seq,
         row.owner, encode(row.lease_until), row.expiries, row.version,
     )  # fmt: skip
 
@@ -121,11 +126,9 @@ def row_values(row: TaskRow, encode: Callable[[Any], Any] = _same) -> tuple[Any,
     """``row``'s values for :data:`COLUMNS`, times through ``encode``: how the
     database stores write a whole row. An unchanged spec is not encoded again."""
     raw = row.spec_text
-    spec = (
-        raw[1] if raw is not None and raw[0] is row.spec else json.dumps(row.spec, allow_nan=False)
-    )
+    spec = raw[1] if raw is not None and raw[0] is row.spec else _encode(row.spec)
     return (
-        row.task_id, row.action, spec, json.dumps(row.state, allow_nan=False), row.status,
+        row.task_id, row.action, spec, _encode(row.state), row.status,
         row.paused, encode(row.due), row.priority, row.seq, row.fence, row.owner,
         encode(row.lease_until), row.expiries, row.version,
     )  # fmt: skip
