@@ -779,6 +779,30 @@ def test_a_group_commit_applies_edits_of_one_task_in_their_order(
     assert sched.next_run_time("a") == sched.next_run_time("b") == 1010
 
 
+def test_sqlite_writes_a_group_commit_in_one_statement_per_500_completions(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A group commit's completions are written without reading their rows, one
+    UPDATE per 500 (SQLite's limit on parameters bounds a statement)."""
+    store = SQLiteStore(tmp_path / "big.db", synchronous="NORMAL")
+    sched = DurableScheduler(store, clock=clock, lease=100, batch=600)
+    for i in range(600):
+        sched.schedule_at_fixed_rate(f"t{i:03}", 0, 10, NOOP)
+    held = [sched._claim(1000.0) for _ in range(600)]
+    edits = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
+    assert len(edits) == 600
+    statements: list[str] = []
+    store._db().set_trace_callback(statements.append)  # this thread's connection
+    results = store.modify_many(edits)
+    assert [r.value.task_id for r in results if r is not None] == [f"t{i:03}" for i in range(600)]
+    updates = [s for s in statements if "UPDATE cadence_tasks" in s]
+    assert len(updates) == 2
+    assert not [s for s in statements if s.startswith("SELECT")]  # no row read again
+    assert {sched.next_run_time(f"t{i:03}") for i in range(600)} == {1010}
+    assert len(sched.history("t599")) == 1
+    store.close()
+
+
 def test_prune_deletes_old_outcomes_and_finished_tasks_only(
     sched: DurableScheduler, clock: ManualClock
 ) -> None:
