@@ -140,7 +140,8 @@ def test_two_processes_on_one_file_run_each_slot_once(cli: Cli) -> None:
     cli.wait(lambda: len(cli.lines()) >= 20)
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
-    assert [proc.wait(30) for proc in procs] == [0, 0]
+    codes = [proc.wait(30) for proc in procs]
+    assert codes == [0, 0], [proc.communicate()[1] for proc in procs]  # what they said
     keys = [line.split()[3] for line in cli.lines()]
     assert len(keys) == len(set(keys))  # no slot ran twice
     assert len(cli.json("status")) == 2  # and the file was loaded once

@@ -374,6 +374,27 @@ def test_a_write_waits_out_another_process_holding_the_database(
     assert sched.status("a") is Status.SCHEDULED
 
 
+def test_opening_a_new_file_another_process_is_writing_waits_for_it(tmp_path: Path) -> None:
+    """Two processes starting on a new file at once (``cadence run`` twice): turning the
+    file to WAL needs it alone, and SQLite reports the other's write transaction at
+    once there, busy timeout or not. Opening waits for it instead of failing."""
+    path = tmp_path / "new.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE t (x)")  # the file, still in rollback-journal mode
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO t VALUES (1)")
+    holder = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    holder.start()
+    started = time.monotonic()
+    store = SQLiteStore(path)
+    store.open()
+    assert time.monotonic() - started >= 0.2
+    holder.join()
+    assert DurableScheduler(store).schedule_once("a", 0, NOOP)
+    store.close()
+    other.close()
+
+
 class SlowListingStore(SQLiteStore):
     """Listing the stored actions takes 2 s (a store of many millions of tasks)."""
 

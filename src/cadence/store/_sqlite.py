@@ -162,7 +162,9 @@ class SQLiteStore(StoreBase):
             db = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
             )
-            db.execute("PRAGMA journal_mode=WAL")
+            # Turning a new file to WAL needs it alone: SQLite reports another process's
+            # write transaction at once here, without waiting out the busy timeout
+            _while_busy(db, "PRAGMA journal_mode=WAL", time.monotonic() + LOCKED_RETRY)
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             self._local.db = self._opened(db)
         return db
