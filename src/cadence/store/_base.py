@@ -153,6 +153,29 @@ def task_row(found: Sequence[Any], decode: Callable[[Any], Any] = _same) -> Task
     )  # fmt: skip
 
 
+def run_order(row: TaskRow) -> tuple[Any, ...]:
+    """The order due runs are claimed in: ``(due, priority, seq)``, as the stores'
+    due indexes sort them."""
+    return (row.due, row.priority, row.seq)
+
+
+def claimed_rows(
+    due: Sequence[Sequence[Any]],
+    expired: Sequence[Sequence[Any]],
+    decode: Callable[[Any], Any] = _same,
+) -> list[TaskRow]:
+    """What a database store's claim returns, from the rows its statements read
+    (:data:`COLUMNS`): the due runs in :func:`run_order`, then the runs taken over
+    from expired leases, marked ``reclaimed``. Times through ``decode``.
+    O(k log k) for k rows; raises as :func:`task_row` does."""
+    rows = sorted((task_row(found, decode) for found in due), key=run_order)
+    for found in expired:
+        row = task_row(found, decode)
+        row.reclaimed = True
+        rows.append(row)
+    return rows
+
+
 @functools.lru_cache(maxsize=1024)
 def _parsed(text: str) -> Any:
     """A stored spec, parsed once per distinct text: specs repeat, and are shared

@@ -19,6 +19,7 @@ from ._base import (
     OutcomeRow,
     StoreBase,
     TaskRow,
+    run_order,
 )
 
 
@@ -86,7 +87,7 @@ class MemoryStore(StoreBase):
         with self._lock:
             due = sorted(
                 (r for r in self._rows.values() if _due(r, now) and r.action in known),
-                key=lambda r: (r.due, r.priority, r.seq),
+                key=run_order,
             )[:limit]
             expired = sorted(
                 (r for r in self._rows.values() if _expired(r, now) and r.action in known),

@@ -48,6 +48,7 @@ from ._base import (
     StoreBase,
     TaskRow,
     ahead,
+    claimed_rows,
     migrate,
     row_values,
     run_values,
@@ -429,23 +430,20 @@ class PostgresStore(StoreBase):
                 f"RETURNING {_returning()}",
                 (_num(now), *params, limit, node, until),
             ).fetchall()
-            rows = [task_row(r, _time) for r in due]
-            rows.sort(key=lambda r: (r.due, r.priority, r.seq))
-            if len(rows) < limit:
-                expired = db.execute(
+            expired = (
+                []
+                if len(due) >= limit
+                else db.execute(
                     f"WITH expired AS MATERIALIZED (SELECT task_id FROM {p}tasks "
                     f"WHERE owner IS NOT NULL AND status IN ('queued', 'running') "
                     f"AND lease_until < %s AND {where} ORDER BY lease_until LIMIT %s "
                     f"FOR UPDATE SKIP LOCKED) UPDATE {p}tasks t SET owner = %s, "
                     "lease_until = %s, fence = t.fence + 1, expiries = t.expiries + 1 "
                     f"FROM expired WHERE t.task_id = expired.task_id RETURNING {_returning()}",
-                    (_num(now), *params, limit - len(rows), node, until),
+                    (_num(now), *params, limit - len(due), node, until),
                 ).fetchall()
-                for found in expired:
-                    row = task_row(found, _time)
-                    row.reclaimed = True
-                    rows.append(row)
-            return rows
+            )
+            return claimed_rows(due, expired, _time)
 
         # Each claim statement is atomic alone: claims of due runs and of expired leases
         # need not share a transaction (a retry after a lost link only claims afresh).

@@ -37,6 +37,7 @@ from ._base import (
     StoreError,
     TaskRow,
     ahead,
+    claimed_rows,
     migrate,
     row_values,
     run_values,
@@ -327,12 +328,7 @@ class SQLiteStore(StoreBase):
                     (node, until, now, *params, limit - len(due)),
                 ).fetchall()
             )
-        rows = sorted((task_row(r) for r in due), key=lambda r: (r.due, r.priority, r.seq))
-        for found in expired:
-            row = task_row(found)
-            row.reclaimed = True
-            rows.append(row)
-        return rows
+        return claimed_rows(due, expired)
 
     def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
         """See :meth:`cadence.store.Store.heartbeat`."""
