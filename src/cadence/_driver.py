@@ -243,12 +243,14 @@ class Driver:
 
     # -- executing and reporting -----------------------------------------
 
-    def _process(self, task: Task, *, awaitables: bool = False) -> Any:
+    def _process(self, task: Task, *, awaitables: bool = False, linger: bool = False) -> Any:
         """Execute a running run on this thread and complete it, whatever raises.
 
         Returns ``None``, or the awaitable the action returned when
         ``awaitables`` is true (with its start time: ``(awaitable, started)``;
-        the caller completes that run when it ends). O(1) plus the action.
+        the caller completes that run when it ends). ``linger``: this thread
+        claims again right after (see :meth:`Scheduler._complete_later`).
+        O(1) plus the action.
         """
         self._inside.active = True
         completed = False
@@ -266,16 +268,18 @@ class Driver:
                 completed = True  # handed back: the caller completes it
                 return result, started
             completed = True
-            self._complete(task, result, started)
+            self._complete(task, result, started, linger=linger)
             return None
         except BaseException as exc:  # the clock, or an interrupt between call and completion
             if not completed:
-                self._complete(task, exc, self._last_now)
+                self._complete(task, exc, self._last_now, linger=linger)
             raise
         finally:
             self._inside.active = False
 
-    def _complete(self, task: Task, error: BaseException | None, started: Time) -> None:
+    def _complete(
+        self, task: Task, error: BaseException | None, started: Time, *, linger: bool = False
+    ) -> None:
         """Complete a running run, report its outcome, then count it as finished.
 
         Reported before it stops counting as in flight: a waiting ``stop()``
@@ -309,7 +313,7 @@ class Driver:
             self._deliver(report, outcome)
 
         try:
-            self._scheduler._complete_later(task, error, started, finished, then)
+            self._scheduler._complete_later(task, error, started, finished, then, linger=linger)
         except BaseException:
             if not reported:
                 self._finished(was_running=True)

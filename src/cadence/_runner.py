@@ -276,7 +276,7 @@ class Runner(Driver):
                 self._target = -math.inf
 
     def _run_here(self, task: Task) -> None:
-        self._process(task)
+        self._process(task, linger=True)  # this thread claims again once it returns
 
     def _hand_off(self, task: Task) -> None:
         assert self._executor is not None

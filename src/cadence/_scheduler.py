@@ -858,11 +858,14 @@ class Scheduler:
         started: Time,
         finished: Time,
         then: Callable[[RunOutcome], object],
+        *,
+        linger: bool = False,
     ) -> None:
         """Complete a claimed run and pass its outcome to ``then`` (for runners).
 
         In memory, at once. (A durable scheduler may hold the completion
-        back to commit it with others, and call ``then`` after the commit.)
+        back to commit it with others, and call ``then`` after the commit;
+        ``linger``: the caller claims again soon, and may commit it then.)
         """
         then(self._complete(task, error, started, finished))
 

@@ -30,6 +30,7 @@ from cadence import (
 )
 from cadence.cron import Cron
 from cadence.durable import LeaseExpired, StoredError
+from cadence.durable import _scheduler as durable_scheduler
 from cadence.store import (
     Change,
     Edit,
@@ -694,6 +695,75 @@ def test_under_load_a_runner_group_commits_and_reports_only_durable_outcomes(
         assert len(store.flushes) <= 6
     else:
         assert store.flushes == [1] * 24
+
+
+class ThreadNotingStore(SQLiteStore):
+    """Notes each transaction that completes runs: how many it holds, on which thread."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.flushes: list[tuple[int, str]] = []
+
+    def modify_many(self, edits: Any) -> Any:
+        if any(edit.fence is not None for edit in edits):
+            self.flushes.append((len(edits), threading.current_thread().name))
+        return super().modify_many(edits)
+
+
+def test_a_dispatcher_commits_its_batch_of_completions_itself_before_it_claims_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner without a pool runs its claimed batch, then commits the batch's
+    completions in one transaction on its own thread and claims the next batch: no
+    other thread to wake per completion (the committer waits LINGER, here 60 s)."""
+    monkeypatch.setattr(durable_scheduler, "LINGER", 60.0)
+    store = ThreadNotingStore(tmp_path / "d.db")
+    sched = DurableScheduler(store, batch=8)
+    for i in range(24):
+        sched.schedule_once(f"t{i:02}", 0, NOOP)
+    durable: list[bool] = []
+    done = Collector()
+
+    def check(outcome: Any) -> None:  # reported only once it is in the store
+        durable.append(bool(sched.history(str(outcome.task_id))))
+        done(outcome)
+
+    with Runner(sched, on_outcome=check):
+        assert done.wait_for(24, timeout=10)
+    assert durable == [True] * 24
+    assert store.flushes == [(8, "cadence-runner")] * 3
+
+
+def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A completion waiting for its dispatcher, which is busy with the next run of
+    its batch, is committed (and reported) by the committer thread after LINGER."""
+    monkeypatch.setattr(durable_scheduler, "LINGER", 0.05)
+    store = ThreadNotingStore(tmp_path / "l.db")
+    sched = DurableScheduler(store, batch=2)
+    reported = threading.Event()
+    seen: list[bool] = []
+
+    def wait_for_a(*, run: RunContext) -> None:
+        if run.task_id == "b":  # "a" ran just before, in the same batch
+            seen.append(reported.wait(5))
+
+    sched.register("wait_for_a", wait_for_a)
+    for name in ("a", "b"):
+        sched.schedule_once(name, 0, "wait_for_a", args=())
+    done = Collector()
+
+    def note(outcome: Any) -> None:
+        if outcome.task_id == "a":
+            reported.set()
+        done(outcome)
+
+    with Runner(sched, on_outcome=note):
+        assert done.wait_for(2, timeout=10)
+    assert seen == [True]
+    assert store.flushes[0] == (1, "cadence-committer")
+    assert [sched.status(name) for name in "ab"] == [Status.DONE] * 2
 
 
 class GatedStore(SQLiteStore):

@@ -46,6 +46,10 @@ FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
 STORE_RETRY = 1.0
 """Seconds a runner waits before trying an unreachable store again."""
 
+LINGER = 0.005
+"""Seconds a completion made on a runner's dispatcher thread may wait for that
+thread to commit it (with its next claim) before the committer thread does."""
+
 
 class LeaseExpired(Exception):  # noqa: N818 - it names the event, as TimeoutError does
     """A run's lease expired ``max_expiries`` times: its holders kept dying or stalling.
@@ -81,9 +85,11 @@ class DurableScheduler(Scheduler):
     ``batch`` the most runs claimed at once; ``max_expiries`` the leases of
     one run that may expire (crashed or stalled holders) before it fails
     with :class:`LeaseExpired`; ``group_commit`` has a runner's completions
-    committed on a thread of their own, those that queue meanwhile in one
-    transaction (see :meth:`_complete_later`; ``False``: each on the thread
-    that ran it, one commit per completion).
+    committed together: a batch's, by a dispatcher that runs its claims
+    itself, before it claims the next; those of a pool's workers, on a
+    thread of their own, those that queue meanwhile in one transaction (see
+    :meth:`_complete_later`; ``False``: each on the thread that ran it, one
+    commit per completion).
 
     Costs: each scheduling call, claim and completion is one store
     transaction (with :class:`~cadence.store.SQLiteStore` and
@@ -111,6 +117,7 @@ class DurableScheduler(Scheduler):
         "_keeper",
         "_keeper_stop",
         "_lease",
+        "_linger_until",
         "_max_expiries",
         "_node",
         "_outage",
@@ -176,6 +183,9 @@ class DurableScheduler(Scheduler):
         # Runners' completions, waiting for the committer thread (see _complete_later)
         self._completions: deque[_Completion] = deque()
         self._committed = threading.Condition()  # guards both; notified as either changes
+        # While only lingering completions wait (see _complete_later): when the committer
+        # thread takes them if the dispatcher has not; -inf: at once
+        self._linger_until = -float("inf")
         self._committer: threading.Thread | None = None
         self._outage = False  # the store failed a runner's claim: retry after STORE_RETRY
         store.open()
@@ -701,6 +711,11 @@ class DurableScheduler(Scheduler):
                     return task
                 task.lost = True  # not renewed in time: someone may have it now
                 logger.warning("task %r: lease ran out before its run started", task.task_id)
+        with self._committed:  # a dispatcher's lingering completions: committed here
+            lingering = self._completions and self._linger_until > -float("inf")
+            batch = self._take() if lingering else []
+        if batch:
+            self._commit(batch)
         if limit <= 0:  # the runner's pool is busy: only runs claimed already
             return None
         claimed = self._claim_from_store(now, limit)
@@ -814,8 +829,10 @@ class DurableScheduler(Scheduler):
         started: Time,
         finished: Time,
         then: Callable[[RunOutcome], object],
+        *,
+        linger: bool = False,
     ) -> None:
-        """Complete a run for a runner: decided here, committed by the committer thread.
+        """Complete a run for a runner: decided here, committed with others.
 
         While a runner drives this scheduler (with ``group_commit``, the
         default), the caller (the dispatcher, a pool worker, the event loop)
@@ -824,10 +841,18 @@ class DurableScheduler(Scheduler):
         trip). The committer commits all the completions that queued while it
         committed the previous ones in one transaction (group commit), then
         reports each through ``then``: an outcome is reported only once it is
-        durable. Idle, a completion is committed at once, alone. At most
-        ``batch`` completions wait: a caller finding that many waits for
-        room. A crash before the commit only means the run starts again after
-        its lease (at-least-once, same key). Without a committer
+        durable. Idle, a completion is committed at once, alone.
+
+        ``linger`` (a dispatcher that runs its claims itself, and so claims
+        again as soon as its claimed batch is run): the completion waits for
+        that next claim, which commits the batch's completions on the
+        dispatcher's thread before it claims (:meth:`_claim_next`), with no
+        other thread to wake; a completion left waiting :data:`LINGER`
+        seconds (a long run in the batch) is committed by the committer.
+
+        At most ``batch`` completions wait: a caller finding that many waits
+        for room. A crash before the commit only means the run starts again
+        after its lease (at-least-once, same key). Without a committer
         (``group_commit=False``, no runner, or its runner stopping) the
         completion is committed on the caller's thread, one transaction
         each. O(1) here, besides waiting for room.
@@ -839,26 +864,47 @@ class DurableScheduler(Scheduler):
             if committer is not None:
                 if committer is not threading.current_thread():
                     while len(self._completions) >= self._batch and self._committer is committer:
+                        if linger:  # its own completions fill the queue: commit them now
+                            self._linger_until = -float("inf")
+                            self._committed.notify_all()
                         self._committed.wait()
                 if self._committer is committer:
+                    if not linger:
+                        self._linger_until = -float("inf")
+                    elif not self._completions:
+                        self._linger_until = time.monotonic() + LINGER
                     self._completions.append(completion)
-                    self._committed.notify_all()
+                    if not linger or len(self._completions) == 1:
+                        self._committed.notify_all()
                     return
         self._commit([completion])
 
     def _commit_loop(self) -> None:
-        """The committer thread: commit what runners hand over, until stopped and drained."""
+        """The committer thread: commit what runners hand over (lingering completions
+        once their time is up), until stopped and drained."""
         me = threading.current_thread()
         while True:
             with self._committed:
-                while not self._completions and self._committer is me:
-                    self._committed.wait()
-                if not self._completions:
-                    return
-                batch = list(self._completions)
-                self._completions.clear()
-                self._committed.notify_all()  # room for callers waiting to hand over
+                while self._committer is me:
+                    if not self._completions:
+                        self._committed.wait()
+                        continue
+                    wait = self._linger_until - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._committed.wait(wait)
+                batch = self._take()
+            if not batch:
+                return
             self._commit(batch)
+
+    def _take(self) -> list[_Completion]:
+        """The completions waiting to be committed, taken (under ``_committed``)."""
+        batch = list(self._completions)
+        self._completions.clear()
+        self._linger_until = -float("inf")
+        self._committed.notify_all()  # room for callers waiting to hand over
+        return batch
 
     def _commit(self, batch: list[_Completion]) -> None:
         """Commit completions in one transaction, then report each through its ``then``.
