@@ -669,6 +669,11 @@ class CountingStore(SQLiteStore):
             time.sleep(0.02)
         return super().modify_many(edits)
 
+    def complete_and_claim(self, edits: Any, *claim: Any) -> Any:
+        self.flushes.append(len(edits))
+        time.sleep(0.02)
+        return super().complete_and_claim(edits, *claim)
+
 
 @pytest.mark.parametrize("group", [True, False])
 def test_under_load_a_runner_group_commits_and_reports_only_durable_outcomes(
@@ -709,13 +714,18 @@ class ThreadNotingStore(SQLiteStore):
             self.flushes.append((len(edits), threading.current_thread().name))
         return super().modify_many(edits)
 
+    def complete_and_claim(self, edits: Any, *claim: Any) -> Any:
+        self.flushes.append((len(edits), f"{threading.current_thread().name}, with a claim"))
+        return super().complete_and_claim(edits, *claim)
+
 
 def test_a_dispatcher_commits_its_batch_of_completions_itself_before_it_claims_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A runner without a pool runs its claimed batch, then commits the batch's
-    completions in one transaction on its own thread and claims the next batch: no
-    other thread to wake per completion (the committer waits LINGER, here 60 s)."""
+    completions on its own thread, in the transaction that claims the next batch: no
+    other thread to wake per completion (the committer waits LINGER, here 60 s), one
+    commit per batch."""
     monkeypatch.setattr(durable_scheduler, "LINGER", 60.0)
     store = ThreadNotingStore(tmp_path / "d.db")
     sched = DurableScheduler(store, batch=8)
@@ -731,7 +741,7 @@ def test_a_dispatcher_commits_its_batch_of_completions_itself_before_it_claims_a
     with Runner(sched, on_outcome=check):
         assert done.wait_for(24, timeout=10)
     assert durable == [True] * 24
-    assert store.flushes == [(8, "cadence-runner")] * 3
+    assert store.flushes == [(8, "cadence-runner, with a claim")] * 3
 
 
 def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
@@ -869,6 +879,61 @@ def test_a_group_commit_applies_edits_of_one_task_in_their_order(
     assert [o.result for o in (a_done.value, b_done.value)] == ["ok", "ok"]
     assert (store.get("a").priority, store.get("a").status) == (7, "scheduled")  # type: ignore[union-attr]
     assert sched.next_run_time("a") == sched.next_run_time("b") == 1010
+
+
+class Unreadable(frozenset[str]):
+    """A set of action names that raises when read: a claim that fails midway."""
+
+    def __iter__(self) -> Iterator[str]:
+        raise OSError("the claim failed")
+
+    def __contains__(self, name: object) -> bool:
+        raise OSError("the claim failed")
+
+
+def test_complete_and_claim_commits_both_in_one_transaction_or_neither(
+    store: Store, clock: ManualClock
+) -> None:
+    """A batch's completions and the next claim: what ``modify_many`` and ``claim``
+    would return; if the claim fails, the completions are not committed either."""
+    sched = DurableScheduler(store, clock=clock, lease=100)
+    for name in "abcd":
+        sched.schedule_once(name, 0, NOOP)
+    held = [sched._claim(1000.0, room=1) for _ in "ab"]
+    edits = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
+    known = sched._known()
+    with pytest.raises(OSError, match="the claim failed"):
+        store.complete_and_claim(
+            edits, sched.node, 1000.0, 2, 100, known._replace(names=Unreadable())
+        )
+    assert [sched.status(name) for name in "abcd"] == [Status.RUNNING] * 2 + [Status.SCHEDULED] * 2
+    assert sched.history("a") == []
+
+    results, rows = store.complete_and_claim(edits, sched.node, 1000.0, 2, 100, known)
+    assert [r.value.result for r in results if r is not None] == ["ok", "ok"]
+    assert [row.task_id for row in rows] == ["c", "d"]
+    assert [sched.status(name) for name in "abcd"] == [Status.DONE] * 2 + [Status.RUNNING] * 2
+    assert [o.result for o in sched.history("a")] == ["ok"]
+
+
+class NoCombinedStore(MemoryStore):
+    """A store whose combined completion-and-claim transaction always fails."""
+
+    def complete_and_claim(self, *args: Any) -> Any:
+        raise OSError("the combined transaction failed")
+
+
+def test_completions_whose_combined_transaction_fails_are_committed_on_their_own() -> None:
+    """The dispatcher commits its batch's completions with its next claim; when that
+    transaction fails they are committed alone, and the claim is made alone."""
+    sched = DurableScheduler(NoCombinedStore(), batch=4)
+    for i in range(10):
+        sched.schedule_once(f"t{i}", 0, NOOP)
+    done = Collector()
+    with Runner(sched, on_outcome=done):
+        assert done.wait_for(10, timeout=10)
+    assert sorted(str(o.task_id) for o in done.outcomes) == [f"t{i}" for i in range(10)]
+    assert all(sched.status(f"t{i}") is Status.DONE for i in range(10))
 
 
 def test_sqlite_writes_a_group_commit_in_one_statement_per_500_completions(

@@ -46,7 +46,19 @@ class KillingStore(SQLiteStore):
     def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
         if all(edit.fence is None for edit in edits):
             return super().modify_many(edits)
-        self._die("completing")  # completions are the fenced changes
+        return super().modify_many(self._completing(edits))  # completions are fenced
+
+    def complete_and_claim(
+        self, edits: Sequence[Edit], node: str, now: Any, limit: int, lease: Any, known: Known
+    ) -> tuple[list[Change[Any] | None], list[TaskRow]]:
+        found = super().complete_and_claim(self._completing(edits), node, now, limit, lease, known)
+        if found[1]:
+            self._die("claimed")
+        return found
+
+    def _completing(self, edits: Sequence[Edit]) -> list[Edit]:
+        """Completions about to be committed, which die inside the transaction."""
+        self._die("completing")
 
         def dying(change: Callable[[TaskRow | None], Change[Any]]) -> Any:
             def inside(row: TaskRow | None) -> Change[Any]:
@@ -57,7 +69,7 @@ class KillingStore(SQLiteStore):
             return inside
 
         # No decision in advance: the change (and the kill) happens inside the transaction.
-        return super().modify_many([Edit(e.task_id, dying(e.change), e.fence) for e in edits])
+        return [Edit(e.task_id, dying(e.change), e.fence) for e in edits]
 
 
 def main() -> None:

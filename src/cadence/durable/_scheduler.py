@@ -155,6 +155,7 @@ class DurableScheduler(Scheduler):
             "rows",
             "outcomes",
             "release",
+            "complete_and_claim",
         ):
             if not callable(getattr(store, method, None)):
                 raise TypeError(f"store must be a cadence store (with {method}()), got {store!r}")
@@ -711,30 +712,38 @@ class DurableScheduler(Scheduler):
                     return task
                 task.lost = True  # not renewed in time: someone may have it now
                 logger.warning("task %r: lease ran out before its run started", task.task_id)
-        with self._committed:  # a dispatcher's lingering completions: committed here
+        with self._committed:  # a dispatcher's lingering completions: committed with its claim
             lingering = self._completions and self._linger_until > -float("inf")
             batch = self._take() if lingering else []
-        if batch:
-            self._commit(batch)
         if limit <= 0:  # the runner's pool is busy: only runs claimed already
+            if batch:
+                self._commit(batch)
             return None
-        claimed = self._claim_from_store(now, limit)
+        claimed = self._claim_from_store(now, limit, batch)
         if self._outage:
             logger.warning("the store is reachable again")
             self._outage = False
         return claimed
 
-    def _claim_from_store(self, now: Time, limit: int) -> Held | None:
+    def _claim_from_store(
+        self, now: Time, limit: int, batch: Sequence[_Completion] = ()
+    ) -> Held | None:
         """Claim up to ``limit`` runs; return the first to start, keep the rest in the batch.
 
-        Claimed rows that turn out to need no run (skipped by a misfire
-        policy, an action this node cannot import) are settled, and the
-        claim goes on until a run is found or nothing is due.
+        The completions of ``batch`` are committed in the claim's transaction
+        (see :meth:`_commit_and_claim`). Claimed rows that turn out to need no
+        run (skipped by a misfire policy, an action this node cannot import)
+        are settled, and the claim goes on until a run is found or nothing is due.
         """
         now = self._store_time(now)
         ready: list[Held] = []
         while not ready:
-            rows = self._store.claim(self._node, now, limit, self._lease, self._known())
+            rows = (
+                self._commit_and_claim(batch, now, limit)
+                if batch
+                else self._store.claim(self._node, now, limit, self._lease, self._known())
+            )
+            batch = ()
             if not rows:
                 return None
             ready = [task for task in map(self._decide, rows, [now] * len(rows)) if task]
@@ -906,7 +915,7 @@ class DurableScheduler(Scheduler):
         self._committed.notify_all()  # room for callers waiting to hand over
         return batch
 
-    def _commit(self, batch: list[_Completion]) -> None:
+    def _commit(self, batch: Sequence[_Completion]) -> None:
         """Commit completions in one transaction, then report each through its ``then``.
 
         A batch whose transaction fails is retried one completion at a time,
@@ -918,6 +927,32 @@ class DurableScheduler(Scheduler):
             results = list(self._store.modify_many([c.edit for c in batch]))
         except Exception as exc:
             results = [exc] if len(batch) == 1 else [self._commit_alone(c.edit) for c in batch]
+        self._report(batch, results)
+
+    def _commit_and_claim(
+        self, batch: Sequence[_Completion], now: Time, limit: int
+    ) -> list[TaskRow]:
+        """Commit completions and claim up to ``limit`` runs in one store transaction
+        (one commit, one fsync), report the completions, return the claimed rows.
+
+        If that transaction fails, the completions are committed on their own
+        (:meth:`_commit`, with its fallbacks) and the claim is made alone,
+        raising what it raises. O(len(batch) + limit).
+        """
+        try:
+            results, rows = self._store.complete_and_claim(
+                [c.edit for c in batch], self._node, now, limit, self._lease, self._known()
+            )
+        except Exception:
+            self._commit(batch)
+            return self._store.claim(self._node, now, limit, self._lease, self._known())
+        self._report(batch, results)
+        return rows
+
+    def _report(
+        self, batch: Sequence[_Completion], results: Sequence[Change[Any] | Exception | None]
+    ) -> None:
+        """Report each committed (or failed) completion through its ``then``."""
         for completion, decided in zip(batch, results, strict=True):
             task, outcome = completion.task, completion.outcome
             if isinstance(decided, Exception):

@@ -398,6 +398,16 @@ class Store(Protocol):
         """
         ...
 
+    def complete_and_claim(
+        self, edits: Sequence[Edit], node: str, now: Time, limit: int, lease: Time, known: Known
+    ) -> tuple[list[Change[Any] | None], list[TaskRow]]:
+        """:meth:`modify_many` (``edits``), then :meth:`claim`, in one transaction:
+        one commit (one fsync) for a batch's completions and the next batch's claim.
+
+        Returns what each would. If it raises, neither happened.
+        """
+        ...
+
     def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
         """Extend every lease ``node`` holds to ``now + lease``.
 

@@ -53,60 +53,82 @@ class MemoryStore(StoreBase):
     def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
         """See :meth:`cadence.store.Store.modify_many` (all or nothing, as a transaction)."""
         with self._lock:
-            rows, outcomes, seq = dict(self._rows), dict(self._outcomes), self._seq
-            results: list[Change[Any] | None] = []
-            for task_id, change, fence, expect in edits:
-                row = rows.get(task_id)
-                if fence is not None and (row is None or row.fence != fence):
-                    results.append(None)
-                    continue
-                if expect is not None and row is not None and row.version == expect[0]:
-                    decided = expect[1]
-                else:
-                    decided = change(None if row is None else row.copy())
-                if decided.outcome is not None:
-                    outcome = decided.outcome
-                    key = (outcome.task_id, outcome.slot, outcome.attempt, outcome.fence)
-                    if key in outcomes:
-                        raise RuntimeError(f"outcome {key} recorded twice")
-                    outcomes[key] = outcome
-                if decided.row is not None:
-                    new = decided.row.copy()
-                    new.version = 0 if row is None else row.version + 1
-                    if decided.requeued or row is None:
-                        seq += 1
-                        new.seq = seq
-                    rows[task_id] = new
-                results.append(decided)
-            self._rows, self._outcomes, self._seq = rows, outcomes, seq
-            self._version += 1
-            return results
+            return self._modify(edits)
+
+    def _modify(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
+        """:meth:`modify_many`'s work, under the lock: all or nothing."""
+        rows, outcomes, seq = dict(self._rows), dict(self._outcomes), self._seq
+        results: list[Change[Any] | None] = []
+        for task_id, change, fence, expect in edits:
+            row = rows.get(task_id)
+            if fence is not None and (row is None or row.fence != fence):
+                results.append(None)
+                continue
+            if expect is not None and row is not None and row.version == expect[0]:
+                decided = expect[1]
+            else:
+                decided = change(None if row is None else row.copy())
+            if decided.outcome is not None:
+                outcome = decided.outcome
+                key = (outcome.task_id, outcome.slot, outcome.attempt, outcome.fence)
+                if key in outcomes:
+                    raise RuntimeError(f"outcome {key} recorded twice")
+                outcomes[key] = outcome
+            if decided.row is not None:
+                new = decided.row.copy()
+                new.version = 0 if row is None else row.version + 1
+                if decided.requeued or row is None:
+                    seq += 1
+                    new.seq = seq
+                rows[task_id] = new
+            results.append(decided)
+        self._rows, self._outcomes, self._seq = rows, outcomes, seq
+        self._version += 1
+        return results
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.claim`."""
         with self._lock:
-            due = sorted(
-                (r for r in self._rows.values() if _due(r, now) and r.action in known),
-                key=run_order,
-            )[:limit]
-            expired = sorted(
-                (r for r in self._rows.values() if _expired(r, now) and r.action in known),
-                key=lambda r: r.lease_until or 0,
-            )[: limit - len(due)]
-            claimed = []
-            for row in due + expired:
-                row.reclaimed = row.status != SCHEDULED
-                if row.reclaimed:
-                    row.expiries += 1
-                row.status = RUNNING
-                row.owner = node
-                row.lease_until = now + lease
-                row.fence += 1
-                claimed.append(row.copy())
-                row.reclaimed = False
-            if claimed:
-                self._version += 1
-            return claimed
+            return self._claim(node, now, limit, lease, known)
+
+    def complete_and_claim(
+        self, edits: Sequence[Edit], node: str, now: Time, limit: int, lease: Time, known: Known
+    ) -> tuple[list[Change[Any] | None], list[TaskRow]]:
+        """See :meth:`cadence.store.Store.complete_and_claim` (under the lock once; a
+        claim that raises undoes the edits)."""
+        with self._lock:
+            before = self._rows, self._outcomes, self._seq, self._version
+            results = self._modify(edits)  # new dicts and rows: ``before`` stays as it was
+            try:
+                return results, self._claim(node, now, limit, lease, known)
+            except BaseException:
+                self._rows, self._outcomes, self._seq, self._version = before
+                raise
+
+    def _claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
+        """:meth:`claim`'s work, under the lock."""
+        due = sorted(
+            (r for r in self._rows.values() if _due(r, now) and r.action in known),
+            key=run_order,
+        )[:limit]
+        expired = sorted(
+            (r for r in self._rows.values() if _expired(r, now) and r.action in known),
+            key=lambda r: r.lease_until or 0,
+        )[: limit - len(due)]
+        claimed = []
+        for row in due + expired:
+            row.reclaimed = row.status != SCHEDULED
+            if row.reclaimed:
+                row.expiries += 1
+            row.status = RUNNING
+            row.owner = node
+            row.lease_until = now + lease
+            row.fence += 1
+            claimed.append(row.copy())
+            row.reclaimed = False
+        if claimed:
+            self._version += 1
+        return claimed
 
     def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
         """See :meth:`cadence.store.Store.heartbeat`."""

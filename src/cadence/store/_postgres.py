@@ -269,10 +269,30 @@ class PostgresStore(StoreBase):
         is resolved through the outcomes' key: if the first edit's outcome row
         exists, the transaction committed.
         """
+        return self._modify_many(edits)
+
+    def complete_and_claim(
+        self, edits: Sequence[Edit], node: str, now: Time, limit: int, lease: Time, known: Known
+    ) -> tuple[list[Change[Any] | None], list[TaskRow]]:
+        """See :meth:`cadence.store.Store.complete_and_claim`: the completions' pipelined
+        transaction (see :meth:`modify_many`) claims too before it commits."""
+        claimed: list[TaskRow] = []
+
+        def claim(db: psycopg.Connection[Any]) -> None:
+            claimed[:] = self._claim_in(db, node, now, limit, lease, known)
+
+        return self._modify_many(edits, claim), claimed
+
+    def _modify_many(
+        self,
+        edits: Sequence[Edit],
+        then: Callable[[psycopg.Connection[Any]], None] | None = None,
+    ) -> list[Change[Any] | None]:
+        """:meth:`modify_many`, with ``then(db)`` run in its transaction after the edits."""
         for attempt in range(RETRIES + 1):
             try:
                 db = self._db()
-                if len(edits) == 1:
+                if len(edits) == 1 and then is None:
                     params = _expected_params(edits[0])
                     if params is not None:  # autocommit: atomic alone
                         found = db.execute(_expected(self._p), params).fetchone()
@@ -282,11 +302,14 @@ class PostgresStore(StoreBase):
                         return [self._decide_in(db, edits[0])]
                 with db.pipeline(), self._transaction() as db:
                     found_all = self._send_expected(db, edits)
-                    return [
+                    results = [
                         self._decide_in(db, edit) if found is None
                         else self._expected_done(db, edit, found)
                         for edit, found in zip(edits, found_all, strict=True)
                     ]  # fmt: skip
+                    if then is not None:
+                        then(db)
+                    return results
             except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
                 if attempt == RETRIES:
                     raise
@@ -416,38 +439,48 @@ class PostgresStore(StoreBase):
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.claim`: ``SKIP LOCKED``, never waits on other nodes."""
+        # Each claim statement is atomic alone: claims of due runs and of expired leases
+        # need not share a transaction (a retry after a lost link only claims afresh).
+        return self._retrying(
+            lambda db: self._claim_in(db, node, now, limit, lease, known), transaction=False
+        )
+
+    def _claim_in(
+        self,
+        db: psycopg.Connection[Any],
+        node: str,
+        now: Time,
+        limit: int,
+        lease: Time,
+        known: Known,
+    ) -> list[TaskRow]:
+        """:meth:`claim`'s statements on ``db`` (in its transaction, if it has one)."""
         p = self._p
         where, params = _known(known)
         until = _num(now + lease)
-
-        def work(db: psycopg.Connection[Any]) -> list[TaskRow]:
-            due = db.execute(
-                f"WITH due_runs AS MATERIALIZED (SELECT task_id FROM {p}tasks "
-                f"WHERE status = 'scheduled' AND NOT paused AND due <= %s AND {where} "
-                "ORDER BY due, priority, seq LIMIT %s FOR UPDATE SKIP LOCKED) "
-                f"UPDATE {p}tasks t SET status = 'running', owner = %s, lease_until = %s, "
-                f"fence = t.fence + 1 FROM due_runs WHERE t.task_id = due_runs.task_id "
-                f"RETURNING {_returning()}",
-                (_num(now), *params, limit, node, until),
+        due = db.execute(
+            f"WITH due_runs AS MATERIALIZED (SELECT task_id FROM {p}tasks "
+            f"WHERE status = 'scheduled' AND NOT paused AND due <= %s AND {where} "
+            "ORDER BY due, priority, seq LIMIT %s FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {p}tasks t SET status = 'running', owner = %s, lease_until = %s, "
+            f"fence = t.fence + 1 FROM due_runs WHERE t.task_id = due_runs.task_id "
+            f"RETURNING {_returning()}",
+            (_num(now), *params, limit, node, until),
+        ).fetchall()
+        expired = (
+            []
+            if len(due) >= limit
+            else db.execute(
+                f"WITH expired AS MATERIALIZED (SELECT task_id FROM {p}tasks "
+                f"WHERE owner IS NOT NULL AND status IN ('queued', 'running') "
+                f"AND lease_until < %s AND {where} ORDER BY lease_until LIMIT %s "
+                f"FOR UPDATE SKIP LOCKED) UPDATE {p}tasks t SET owner = %s, "
+                "lease_until = %s, fence = t.fence + 1, expiries = t.expiries + 1 "
+                f"FROM expired WHERE t.task_id = expired.task_id RETURNING {_returning()}",
+                (_num(now), *params, limit - len(due), node, until),
             ).fetchall()
-            expired = (
-                []
-                if len(due) >= limit
-                else db.execute(
-                    f"WITH expired AS MATERIALIZED (SELECT task_id FROM {p}tasks "
-                    f"WHERE owner IS NOT NULL AND status IN ('queued', 'running') "
-                    f"AND lease_until < %s AND {where} ORDER BY lease_until LIMIT %s "
-                    f"FOR UPDATE SKIP LOCKED) UPDATE {p}tasks t SET owner = %s, "
-                    "lease_until = %s, fence = t.fence + 1, expiries = t.expiries + 1 "
-                    f"FROM expired WHERE t.task_id = expired.task_id RETURNING {_returning()}",
-                    (_num(now), *params, limit - len(due), node, until),
-                ).fetchall()
-            )
-            return claimed_rows(due, expired, _time)
-
-        # Each claim statement is atomic alone: claims of due runs and of expired leases
-        # need not share a transaction (a retry after a lost link only claims afresh).
-        return self._retrying(work, transaction=False)
+        )
+        return claimed_rows(due, expired, _time)
 
     def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
         """See :meth:`cadence.store.Store.heartbeat`: all of a node's leases in one

@@ -209,38 +209,44 @@ class SQLiteStore(StoreBase):
 
     def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
         """See :meth:`cadence.store.Store.modify_many`."""
+        with self._write() as db:
+            return self._modify_in(db, edits)
+
+    def _modify_in(
+        self, db: sqlite3.Connection, edits: Sequence[Edit]
+    ) -> list[Change[Any] | None]:
+        """:meth:`modify_many`'s work, in ``db``'s transaction."""
         p = self._p
         results: list[Change[Any] | None] = []
-        with self._write() as db:
-            written = self._write_expected(db, edits)
-            for (task_id, change, fence, expect), done in zip(edits, written, strict=True):
-                if done:
-                    assert expect is not None
-                    results.append(expect[1])
-                    continue
-                found = db.execute(
-                    f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = ?", (task_id,)
-                ).fetchone()
-                row = None if found is None else task_row(found)
-                if fence is not None and (row is None or row.fence != fence):
-                    results.append(None)
-                    continue
-                decided = change(row)
-                new = decided.row
-                if new is not None:
-                    new.version = 0 if row is None else row.version + 1
-                    self._seq(db, decided)
-                    values = row_values(new)
-                    if row is None:
-                        marks = ",".join("?" * len(values))
-                        db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
-                    else:
-                        db.execute(
-                            update_sql(f"{p}tasks", ROW_COLUMNS, "?", "task_id = ?"),
-                            (*values[1:], task_id),
-                        )
-                self._record(db, decided)
-                results.append(decided)
+        written = self._write_expected(db, edits)
+        for (task_id, change, fence, expect), done in zip(edits, written, strict=True):
+            if done:
+                assert expect is not None
+                results.append(expect[1])
+                continue
+            found = db.execute(
+                f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            row = None if found is None else task_row(found)
+            if fence is not None and (row is None or row.fence != fence):
+                results.append(None)
+                continue
+            decided = change(row)
+            new = decided.row
+            if new is not None:
+                new.version = 0 if row is None else row.version + 1
+                self._seq(db, decided)
+                values = row_values(new)
+                if row is None:
+                    marks = ",".join("?" * len(values))
+                    db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
+                else:
+                    db.execute(
+                        update_sql(f"{p}tasks", ROW_COLUMNS, "?", "task_id = ?"),
+                        (*values[1:], task_id),
+                    )
+            self._record(db, decided)
+            results.append(decided)
         return results
 
     def _write_expected(self, db: sqlite3.Connection, edits: Sequence[Edit]) -> list[bool]:
@@ -304,31 +310,49 @@ class SQLiteStore(StoreBase):
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.claim`."""
+        with self._write() as db:
+            found = self._claim_in(db, node, now, limit, lease, known)
+        return claimed_rows(*found)
+
+    def complete_and_claim(
+        self, edits: Sequence[Edit], node: str, now: Time, limit: int, lease: Time, known: Known
+    ) -> tuple[list[Change[Any] | None], list[TaskRow]]:
+        """See :meth:`cadence.store.Store.complete_and_claim`: one ``BEGIN IMMEDIATE``
+        transaction, one commit (with ``FULL``, one fsync)."""
+        with self._write() as db:
+            results = self._modify_in(db, edits)
+            found = self._claim_in(db, node, now, limit, lease, known)
+        return results, claimed_rows(*found)
+
+    def _claim_in(
+        self, db: sqlite3.Connection, node: str, now: Time, limit: int, lease: Time, known: Known
+    ) -> tuple[list[Any], list[Any]]:
+        """:meth:`claim`'s statements, in ``db``'s transaction: the rows they leased,
+        due ones and expired ones, as read."""
         p = self._p
         where, params = _known(known)
         until = now + lease
-        with self._write() as db:
-            due = db.execute(
+        due = db.execute(
+            f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
+            f"fence = fence + 1 WHERE task_id IN (SELECT task_id FROM {p}tasks "
+            f"WHERE status = 'scheduled' AND paused = 0 AND due <= ? AND {where} "
+            f"ORDER BY due, priority, seq LIMIT ?) RETURNING {_COLUMNS}",
+            (node, until, now, *params, limit),
+        ).fetchall()
+        expired = (
+            []
+            if len(due) >= limit
+            else db.execute(
                 f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
-                f"fence = fence + 1 WHERE task_id IN (SELECT task_id FROM {p}tasks "
-                f"WHERE status = 'scheduled' AND paused = 0 AND due <= ? AND {where} "
-                f"ORDER BY due, priority, seq LIMIT ?) RETURNING {_COLUMNS}",
-                (node, until, now, *params, limit),
+                f"fence = fence + 1, expiries = expiries + 1 WHERE task_id IN "
+                f"(SELECT task_id FROM {p}tasks WHERE owner IS NOT NULL "
+                f"AND status IN ('queued', 'running') AND lease_until < ? AND {where} "
+                "ORDER BY lease_until LIMIT ?) "
+                f"RETURNING {_COLUMNS}",
+                (node, until, now, *params, limit - len(due)),
             ).fetchall()
-            expired = (
-                []
-                if len(due) >= limit
-                else db.execute(
-                    f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
-                    f"fence = fence + 1, expiries = expiries + 1 WHERE task_id IN "
-                    f"(SELECT task_id FROM {p}tasks WHERE owner IS NOT NULL "
-                    f"AND status IN ('queued', 'running') AND lease_until < ? AND {where} "
-                    "ORDER BY lease_until LIMIT ?) "
-                    f"RETURNING {_COLUMNS}",
-                    (node, until, now, *params, limit - len(due)),
-                ).fetchall()
-            )
-        return claimed_rows(due, expired)
+        )
+        return due, expired
 
     def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
         """See :meth:`cadence.store.Store.heartbeat`."""
