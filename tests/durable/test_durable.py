@@ -465,6 +465,27 @@ def test_a_stale_holder_writes_nothing(store: Store) -> None:
     assert b.status("x") is Status.DONE
 
 
+def test_a_run_claimed_by_a_lost_answer_is_not_kept_by_the_heartbeat(store: Store) -> None:
+    """A claim committed whose answer never reached the node (a dropped connection):
+    the node's heartbeats renew only the runs it knows it holds, so that row's lease
+    runs out and another node takes the run over."""
+    clock = ManualClock(0)
+    a = DurableScheduler(store, clock=clock, lease=10, node="a")
+    b = DurableScheduler(store, clock=clock, lease=10, node="b")
+    a.schedule_once("lost", 0, NOOP)
+    a.schedule_once("held", 0, NOOP, priority=1)
+    store.claim("a", 0, 1, 10, a._known())  # "lost" leased to a: the answer is dropped
+    held = a._claim(0)
+    assert held is not None
+    assert held.task_id == "held"
+    for now in (4, 8, 12):  # a's heartbeats, every lease / 3, while it runs "held"
+        a._heartbeat(now)
+    assert not held.lost
+    taken = b._claim(12)
+    assert taken is not None
+    assert (taken.task_id, taken.row.expiries) == ("lost", 1)
+
+
 # -- the store -------------------------------------------------------------------
 
 
@@ -997,6 +1018,10 @@ class FlakyStore(SQLiteStore):
     def claim(self, *args: Any, **kwargs: Any) -> Any:
         self._check()
         return super().claim(*args, **kwargs)
+
+    def complete_and_claim(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().complete_and_claim(*args, **kwargs)
 
     def modify_many(self, edits: Any) -> Any:
         self._check()

@@ -1146,8 +1146,9 @@ class DurableScheduler(Scheduler):
         with self._hold:
             if not self._held:
                 return
+            ids = list(self._held)
         now = self._store_time(now)
-        held = self._store.heartbeat(self._node, now, self._lease)
+        held = self._store.heartbeat(self._node, now, self._lease, ids)
         with self._hold:
             for task_id, task in self._held.items():
                 mine = held.get(task_id)

@@ -408,12 +408,17 @@ class Store(Protocol):
         """
         ...
 
-    def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
-        """Extend every lease ``node`` holds to ``now + lease``.
+    def heartbeat(
+        self, node: str, now: Time, lease: Time, held: Collection[str]
+    ) -> dict[str, tuple[int, str]]:
+        """Extend to ``now + lease`` the leases of the runs ``held`` that ``node`` owns.
 
-        Returns ``{task_id: (fence, status)}`` for the rows ``node`` owns: a
-        held run missing there (or with another fence) lost its lease; a
-        ``cancelled`` status means the user cancelled it meanwhile.
+        Returns ``{task_id: (fence, status)}`` for those rows: a held run
+        missing there (or with another fence) lost its lease; a ``cancelled``
+        status means the user cancelled it meanwhile. Only the runs the node
+        knows it holds: a row claimed by a transaction whose answer never came
+        back (a dropped connection) is left to expire and be taken over, not
+        kept by every heartbeat.
         """
         ...
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from cadence._types import Time
@@ -130,16 +130,19 @@ class MemoryStore(StoreBase):
             self._version += 1
         return claimed
 
-    def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
+    def heartbeat(
+        self, node: str, now: Time, lease: Time, held: Collection[str]
+    ) -> dict[str, tuple[int, str]]:
         """See :meth:`cadence.store.Store.heartbeat`."""
         with self._lock:
-            held = {}
-            for row in self._rows.values():
-                if row.owner == node:
+            owned = {}
+            for task_id in held:
+                row = self._rows.get(task_id)
+                if row is not None and row.owner == node:
                     if row.status in LEASED:
                         row.lease_until = now + lease
-                    held[row.task_id] = (row.fence, row.status)
-            return held
+                    owned[task_id] = (row.fence, row.status)
+            return owned
 
     def next_due(self, node: str, known: Known) -> Time | None:
         """See :meth:`cadence.store.Store.next_due`."""

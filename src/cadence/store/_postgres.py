@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -482,18 +482,21 @@ class PostgresStore(StoreBase):
         )
         return claimed_rows(due, expired, _time)
 
-    def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
+    def heartbeat(
+        self, node: str, now: Time, lease: Time, held: Collection[str]
+    ) -> dict[str, tuple[int, str]]:
         """See :meth:`cadence.store.Store.heartbeat`: all of a node's leases in one
         statement (its own transaction), which also reports the rows it owns."""
         p = self._p
 
         def work(db: psycopg.Connection[Any]) -> dict[str, tuple[int, str]]:
-            held = db.execute(
+            owned = db.execute(
                 f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN ('queued', 'running') "
-                "THEN %s ELSE lease_until END WHERE owner = %s RETURNING task_id, fence, status",
-                (_num(now + lease), node),
+                "THEN %s ELSE lease_until END WHERE owner = %s AND task_id = ANY(%s) "
+                "RETURNING task_id, fence, status",
+                (_num(now + lease), node, list(held)),
             ).fetchall()
-            return {task_id: (fence, status) for task_id, fence, status in held}
+            return {task_id: (fence, status) for task_id, fence, status in owned}
 
         return self._retrying(work, transaction=False)
 

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
@@ -319,10 +319,10 @@ class SQLiteStore(StoreBase):
     ) -> tuple[list[Change[Any] | None], list[TaskRow]]:
         """See :meth:`cadence.store.Store.complete_and_claim`: one ``BEGIN IMMEDIATE``
         transaction, one commit (with ``FULL``, one fsync)."""
-        with self._write() as db:
-            results = self._modify_in(db, edits)
-            found = self._claim_in(db, node, now, limit, lease, known)
-        return results, claimed_rows(*found)
+        with self._write() as db:  # rows read inside: one it cannot read undoes it all
+            return self._modify_in(db, edits), claimed_rows(
+                *self._claim_in(db, node, now, limit, lease, known)
+            )
 
     def _claim_in(
         self, db: sqlite3.Connection, node: str, now: Time, limit: int, lease: Time, known: Known
@@ -354,19 +354,25 @@ class SQLiteStore(StoreBase):
         )
         return due, expired
 
-    def heartbeat(self, node: str, now: Time, lease: Time) -> dict[str, tuple[int, str]]:
-        """See :meth:`cadence.store.Store.heartbeat`."""
+    def heartbeat(
+        self, node: str, now: Time, lease: Time, held: Collection[str]
+    ) -> dict[str, tuple[int, str]]:
+        """See :meth:`cadence.store.Store.heartbeat`: one transaction, one UPDATE per
+        :data:`CHUNK` runs held."""
         p = self._p
+        ids = list(held)
+        owned: dict[str, tuple[int, str]] = {}
         with self._write() as db:
-            db.execute(
-                f"UPDATE {p}tasks SET lease_until = ? WHERE owner = ? "
-                "AND status IN ('queued', 'running')",
-                (now + lease, node),
-            )
-            held = db.execute(
-                f"SELECT task_id, fence, status FROM {p}tasks WHERE owner = ?", (node,)
-            ).fetchall()
-        return {task_id: (fence, status) for task_id, fence, status in held}
+            for start in range(0, len(ids), CHUNK):
+                chunk = ids[start : start + CHUNK]
+                found = db.execute(
+                    f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN ('queued', "
+                    "'running') THEN ? ELSE lease_until END WHERE owner = ? AND task_id IN "
+                    f"({','.join('?' * len(chunk))}) RETURNING task_id, fence, status",
+                    (now + lease, node, *chunk),
+                ).fetchall()
+                owned.update((task_id, (fence, status)) for task_id, fence, status in found)
+        return owned
 
     def next_due(self, node: str, known: Known) -> Time | None:
         """See :meth:`cadence.store.Store.next_due`."""
