@@ -1071,6 +1071,34 @@ def test_the_job_decorator_declares_with_ensure(store: Store) -> None:
         again.job(FixedRate(10), task_id=3)(jobs.noop)
 
 
+def test_stop_from_on_outcome_of_a_batch_committed_with_a_claim_does_not_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatcher commits its batch's completions in its next claim's transaction,
+    under the runner's claim gate; on_outcome, which may stop the runner (taking that
+    gate), is not called there. Nothing is left running: each later run either ran
+    before the stop or was given back."""
+    monkeypatch.setattr(durable_scheduler, "LINGER", 60.0)
+    sched = DurableScheduler(SQLiteStore(tmp_path / "g.db"), batch=2)
+    for name in "abcd":
+        sched.schedule_once(name, 0, NOOP)
+    stopped = threading.Event()
+    runners: list[Runner] = []
+
+    def stop_on_first(outcome: Any) -> None:
+        if not stopped.is_set():
+            runners[0].stop()
+            stopped.set()
+
+    runner = Runner(sched, on_outcome=stop_on_first)
+    runners.append(runner)
+    runner.start()
+    assert stopped.wait(10), "stop() from on_outcome hung"
+    assert runner.stop(wait=True, timeout=10)
+    assert [sched.status(name) for name in "ab"] == [Status.DONE] * 2
+    assert {sched.status(name) for name in "cd"} <= {Status.DONE, Status.SCHEDULED}
+
+
 def test_stop_from_on_outcome_of_a_held_back_completion_does_not_hang(tmp_path: Path) -> None:
     """A group-committed completion is reported by the committer thread while the
     runner runs the next task; an on_outcome that stops the runner there must not

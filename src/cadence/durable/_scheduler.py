@@ -122,6 +122,7 @@ class DurableScheduler(Scheduler):
         "_node",
         "_outage",
         "_poll",
+        "_reports",
         "_store",
         "_users",
     )
@@ -187,6 +188,8 @@ class DurableScheduler(Scheduler):
         # While only lingering completions wait (see _complete_later): when the committer
         # thread takes them if the dispatcher has not; -inf: at once
         self._linger_until = -float("inf")
+        # Completions committed by dispatchers, for the committer thread to report
+        self._reports: deque[tuple[Sequence[_Completion], Sequence[Any]]] = deque()
         self._committer: threading.Thread | None = None
         self._outage = False  # the store failed a runner's claim: retry after STORE_RETRY
         store.open()
@@ -890,11 +893,12 @@ class DurableScheduler(Scheduler):
 
     def _commit_loop(self) -> None:
         """The committer thread: commit what runners hand over (lingering completions
-        once their time is up), until stopped and drained."""
+        once their time is up), report what dispatchers committed with their claims
+        (see :meth:`_deliver`), until stopped and drained."""
         me = threading.current_thread()
         while True:
             with self._committed:
-                while self._committer is me:
+                while self._committer is me and not self._reports:
                     if not self._completions:
                         self._committed.wait()
                         continue
@@ -902,10 +906,16 @@ class DurableScheduler(Scheduler):
                     if wait <= 0:
                         break
                     self._committed.wait(wait)
-                batch = self._take()
-            if not batch:
+                reports = list(self._reports)
+                self._reports.clear()
+                due = self._committer is not me or self._linger_until <= time.monotonic()
+                batch = self._take() if self._completions and due else []
+            for done, results in reports:
+                self._report(done, results)
+            if batch:
+                self._commit(batch)
+            elif not reports:
                 return
-            self._commit(batch)
 
     def _take(self) -> list[_Completion]:
         """The completions waiting to be committed, taken (under ``_committed``)."""
@@ -927,7 +937,7 @@ class DurableScheduler(Scheduler):
             results = list(self._store.modify_many([c.edit for c in batch]))
         except Exception as exc:
             results = [exc] if len(batch) == 1 else [self._commit_alone(c.edit) for c in batch]
-        self._report(batch, results)
+        self._deliver(batch, results)
 
     def _commit_and_claim(
         self, batch: Sequence[_Completion], now: Time, limit: int
@@ -946,8 +956,22 @@ class DurableScheduler(Scheduler):
         except Exception:
             self._commit(batch)
             return self._store.claim(self._node, now, limit, self._lease, self._known())
-        self._report(batch, results)
+        self._deliver(batch, results)
         return rows
+
+    def _deliver(
+        self, batch: Sequence[_Completion], results: Sequence[Change[Any] | Exception | None]
+    ) -> None:
+        """Report committed completions: on the committer thread while there is one
+        (a dispatcher commits under its runner's claim gate, which ``on_outcome``
+        may need: ``stop()`` takes it), else here."""
+        with self._committed:
+            committer = self._committer
+            if committer is not None and committer is not threading.current_thread():
+                self._reports.append((batch, results))
+                self._committed.notify_all()
+                return
+        self._report(batch, results)
 
     def _report(
         self, batch: Sequence[_Completion], results: Sequence[Change[Any] | Exception | None]
