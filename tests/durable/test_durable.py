@@ -676,68 +676,59 @@ def test_once_at_a_past_time_runs_at_once(sched: DurableScheduler) -> None:
     assert rows(sched.tick(1000)) == [("o", 10, "ok", 0)]
 
 
-class CountingStore(SQLiteStore):
-    """Counts the transactions that complete runs, and how many each holds; each
-    takes 20 ms (a slow disk), so that runs finish while one commits."""
+class FlushNotingStore(SQLiteStore):
+    """Notes each transaction that completes runs: how many it holds, on which thread
+    (", with a claim" if it claims too); each takes ``delay`` seconds (a slow disk)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, delay: float = 0.0) -> None:
         super().__init__(path)
-        self.flushes: list[int] = []
+        self.delay = delay
+        self.flushes: list[tuple[int, str]] = []
+
+    def _note(self, edits: Any, how: str = "") -> None:
+        self.flushes.append((len(edits), threading.current_thread().name + how))
+        time.sleep(self.delay)
 
     def modify_many(self, edits: Any) -> Any:
         if any(edit.fence is not None for edit in edits):
-            self.flushes.append(len(edits))
-            time.sleep(0.02)
+            self._note(edits)
         return super().modify_many(edits)
 
     def complete_and_claim(self, edits: Any, *claim: Any) -> Any:
-        self.flushes.append(len(edits))
-        time.sleep(0.02)
+        self._note(edits, ", with a claim")
         return super().complete_and_claim(edits, *claim)
+
+
+def _run_durably(sched: DurableScheduler, n: int) -> None:
+    """Schedule ``n`` runs due now and run them with a Runner: each outcome must be in
+    the store by the time it is reported."""
+    for i in range(n):
+        sched.schedule_once(f"t{i:02}", 0, NOOP)
+    durable: list[bool] = []
+    done = Collector()
+
+    def check(outcome: Any) -> None:
+        durable.append(bool(sched.history(str(outcome.task_id))))
+        done(outcome)
+
+    with Runner(sched, on_outcome=check):
+        assert done.wait_for(n, timeout=10)
+    assert durable == [True] * n
 
 
 @pytest.mark.parametrize("group", [True, False])
 def test_under_load_a_runner_group_commits_and_reports_only_durable_outcomes(
     tmp_path: Path, group: bool
 ) -> None:
-    store = CountingStore(tmp_path / "g.db")
-    sched = DurableScheduler(store, batch=8, group_commit=group)
-    for i in range(24):
-        sched.schedule_once(f"t{i:02}", 0, NOOP)
-    durable: list[bool] = []
-
-    done = Collector()
-
-    def check(outcome: Any) -> None:  # reported only once it is in the store
-        durable.append(bool(sched.history(str(outcome.task_id))))
-        done(outcome)
-
-    with Runner(sched, on_outcome=check):
-        assert done.wait_for(24, timeout=10)
-    assert durable == [True] * 24
-    assert sum(store.flushes) == 24
+    store = FlushNotingStore(tmp_path / "g.db", delay=0.02)  # runs finish while one commits
+    _run_durably(DurableScheduler(store, batch=8, group_commit=group), 24)
+    sizes = [size for size, _ in store.flushes]
+    assert sum(sizes) == 24
     if group:  # what finished during a commit shares the next; at most a batch waits
-        assert max(store.flushes) == 8
-        assert len(store.flushes) <= 6
+        assert max(sizes) == 8
+        assert len(sizes) <= 6
     else:
-        assert store.flushes == [1] * 24
-
-
-class ThreadNotingStore(SQLiteStore):
-    """Notes each transaction that completes runs: how many it holds, on which thread."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.flushes: list[tuple[int, str]] = []
-
-    def modify_many(self, edits: Any) -> Any:
-        if any(edit.fence is not None for edit in edits):
-            self.flushes.append((len(edits), threading.current_thread().name))
-        return super().modify_many(edits)
-
-    def complete_and_claim(self, edits: Any, *claim: Any) -> Any:
-        self.flushes.append((len(edits), f"{threading.current_thread().name}, with a claim"))
-        return super().complete_and_claim(edits, *claim)
+        assert sizes == [1] * 24
 
 
 def test_a_dispatcher_commits_its_batch_of_completions_itself_before_it_claims_again(
@@ -748,20 +739,8 @@ def test_a_dispatcher_commits_its_batch_of_completions_itself_before_it_claims_a
     other thread to wake per completion (the committer waits LINGER, here 60 s), one
     commit per batch."""
     monkeypatch.setattr(durable_scheduler, "LINGER", 60.0)
-    store = ThreadNotingStore(tmp_path / "d.db")
-    sched = DurableScheduler(store, batch=8)
-    for i in range(24):
-        sched.schedule_once(f"t{i:02}", 0, NOOP)
-    durable: list[bool] = []
-    done = Collector()
-
-    def check(outcome: Any) -> None:  # reported only once it is in the store
-        durable.append(bool(sched.history(str(outcome.task_id))))
-        done(outcome)
-
-    with Runner(sched, on_outcome=check):
-        assert done.wait_for(24, timeout=10)
-    assert durable == [True] * 24
+    store = FlushNotingStore(tmp_path / "d.db")
+    _run_durably(DurableScheduler(store, batch=8), 24)
     assert store.flushes == [(8, "cadence-runner, with a claim")] * 3
 
 
@@ -771,7 +750,7 @@ def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
     """A completion waiting for its dispatcher, which is busy with the next run of
     its batch, is committed (and reported) by the committer thread after LINGER."""
     monkeypatch.setattr(durable_scheduler, "LINGER", 0.05)
-    store = ThreadNotingStore(tmp_path / "l.db")
+    store = FlushNotingStore(tmp_path / "l.db")
     sched = DurableScheduler(store, batch=2)
     reported = threading.Event()
     seen: list[bool] = []
