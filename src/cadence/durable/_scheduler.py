@@ -857,9 +857,10 @@ class DurableScheduler(Scheduler):
 
         ``linger`` (a dispatcher that runs its claims itself, and so claims
         again as soon as its claimed batch is run): the completion waits for
-        that next claim, which commits the batch's completions on the
-        dispatcher's thread before it claims (:meth:`_claim_next`), with no
-        other thread to wake; a completion left waiting :data:`LINGER`
+        that next claim, which commits the batch's completions in its own
+        transaction on the dispatcher's thread (:meth:`_claim_next`), with no
+        thread to wake per completion (the committer reports them, once per
+        batch: :meth:`_deliver`); a completion left waiting :data:`LINGER`
         seconds (a long run in the batch) is committed by the committer.
 
         At most ``batch`` completions wait: a caller finding that many waits
