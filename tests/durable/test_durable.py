@@ -744,6 +744,23 @@ def test_a_dispatcher_commits_its_batch_of_completions_itself_before_it_claims_a
     assert store.flushes == [(8, "cadence-runner, with a claim")] * 3
 
 
+def test_completions_keep_waiting_for_the_dispatcher_while_it_keeps_finishing_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LINGER counts from the last completion, not the first: a batch of runs that
+    each take a while, but less than LINGER, is still committed in one transaction."""
+    monkeypatch.setattr(durable_scheduler, "LINGER", 0.2)
+    store = FlushNotingStore(tmp_path / "s.db")
+    sched = DurableScheduler(store, batch=12)
+    sched.register("pause", lambda: time.sleep(0.02))
+    for i in range(12):
+        sched.schedule_once(f"t{i:02}", 0, "pause", args=())
+    done = Collector()
+    with Runner(sched, on_outcome=done):
+        assert done.wait_for(12, timeout=10)
+    assert store.flushes == [(12, "cadence-runner, with a claim")]
+
+
 def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,8 +47,9 @@ STORE_RETRY = 1.0
 """Seconds a runner waits before trying an unreachable store again."""
 
 LINGER = 0.005
-"""Seconds a completion made on a runner's dispatcher thread may wait for that
-thread to commit it (with its next claim) before the committer thread does."""
+"""Seconds without a new completion after which the completions made on a runner's
+dispatcher thread, waiting for that thread to commit them with its next claim, are
+committed by the committer thread instead (the dispatcher is in a long run)."""
 
 
 class LeaseExpired(Exception):  # noqa: N818 - it names the event, as TimeoutError does
@@ -860,8 +861,9 @@ class DurableScheduler(Scheduler):
         that next claim, which commits the batch's completions in its own
         transaction on the dispatcher's thread (:meth:`_claim_next`), with no
         thread to wake per completion (the committer reports them, once per
-        batch: :meth:`_deliver`); a completion left waiting :data:`LINGER`
-        seconds (a long run in the batch) is committed by the committer.
+        batch: :meth:`_deliver`); completions left waiting :data:`LINGER`
+        seconds after the last one (a long run in the batch) are committed by
+        the committer.
 
         At most ``batch`` completions wait: a caller finding that many waits
         for room. A crash before the commit only means the run starts again
@@ -884,8 +886,8 @@ class DurableScheduler(Scheduler):
                 if self._committer is committer:
                     if not linger:
                         self._linger_until = -float("inf")
-                    elif not self._completions:
-                        self._linger_until = time.monotonic() + LINGER
+                    elif not self._completions or self._linger_until > -float("inf"):
+                        self._linger_until = time.monotonic() + LINGER  # (none urgent)
                     self._completions.append(completion)
                     if not linger or len(self._completions) == 1:
                         self._committed.notify_all()
