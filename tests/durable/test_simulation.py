@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from cadence import DurableScheduler, ManualClock, Misfire, Status
 from cadence.durable._rows import Held
+from cadence.durable._scheduler import _Completion
 from cadence.store import MemoryStore
 
 LEASE = 10
@@ -115,7 +116,9 @@ class Protocol(RuleBasedStateMachine):
         if node is None:
             return
         self._sync(node)
-        task = node.sched._claim(node.clock())
+        self._started(node, node.sched._claim(node.clock()))
+
+    def _started(self, node: Node, task: Held | None) -> None:
         if task is not None:
             slot = task.row.due if not task.row.state["attempt"] else task.row.state["first_at"]
             self.starts[(str(task.task_id), slot, task.row.state["attempt"])] += 1
@@ -135,6 +138,32 @@ class Protocol(RuleBasedStateMachine):
         if before is None or before.fence != task.fence:  # a stale holder writes nothing
             assert self.store.get(str(task.task_id)) == before
             assert len(self.store.outcomes(str(task.task_id), 10**6)) == recorded
+        self._check_recorded(task, before)
+
+    def _check_recorded(self, task: Held, before: Any) -> None:
+        """A holder whose lease was current when it completed recorded one outcome under
+        its fence; a stale one, none."""
+        mine = [o for o in self.store.outcomes(str(task.task_id), 10**6) if o.fence == task.fence]
+        assert len(mine) == (1 if before is not None and before.fence == task.fence else 0)
+
+    @rule(i=st.integers(0, NODES - 1), k=st.integers(0, 3), ok=st.booleans())
+    def complete_with_the_next_claim(self, i: int, k: int, ok: bool) -> None:
+        """A runner's dispatcher: a held run's completion committed in the transaction
+        of its next claim (``Store.complete_and_claim``), then reported."""
+        node = self._live(i)
+        if node is None or not node.held:
+            return
+        self._sync(node)
+        task = node.held.pop(k % len(node.held))
+        now = node.clock()
+        error = None if ok else ValueError("failed")
+        before = self.store.get(str(task.task_id))
+        edit, outcome = node.sched._decided(task, error, now, now)
+        reported: list[Any] = []
+        done = _Completion(edit, task, outcome, error, reported.append)
+        self._started(node, node.sched._claim_from_store(now, 2, [done]))
+        assert len(reported) == 1
+        self._check_recorded(task, before)  # (the claim may have taken the row again)
 
     @rule(i=st.integers(0, NODES - 1))
     def heartbeat(self, i: int) -> None:
@@ -190,6 +219,16 @@ class Protocol(RuleBasedStateMachine):
             assert len(holders) <= 1
             if holders and live:
                 assert holders[0].sched.node == row.owner
+
+    @invariant()
+    def every_lease_is_known_to_its_node(self) -> None:
+        """A run leased to a node is one that node holds or has claimed to start: no
+        claim's rows were lost on the way back (they would stay leased, unrun)."""
+        for node in self.nodes:
+            known = {t.task_id for t in node.held} | {t.task_id for t in node.sched._buffer}
+            for row in self.store.rows():
+                if row.owner == node.sched.node and row.status in ("queued", "running"):
+                    assert row.task_id in known, (row, known)
 
     @invariant()
     def fences_only_grow(self) -> None:
