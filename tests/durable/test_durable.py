@@ -486,6 +486,69 @@ def test_a_run_claimed_by_a_lost_answer_is_not_kept_by_the_heartbeat(store: Stor
     assert (taken.task_id, taken.row.expiries) == ("lost", 1)
 
 
+def _newer(row: TaskRow | None) -> Change[None]:
+    """A row as a newer cadence might write it: a schedule kind this one does not know."""
+    assert row is not None
+    row.spec = {**row.spec, "schedule": {**row.spec["schedule"], "kind": "lunar"}}
+    return Change(None, row=row)
+
+
+def test_a_row_this_cadence_cannot_read_is_left_as_it_is_and_holds_no_run_back(
+    store: Store, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A claimed row that cannot be restored (a newer cadence wrote it) is logged
+    once and left as it is; it fails no claim, so the runs claimed with it run, and
+    this node never claims it again, even once its lease has run out."""
+    sched = DurableScheduler(store, clock=clock, lease=10)
+    sched.schedule_once("bad", 0, NOOP)
+    sched.schedule_once("good", 0, NOOP)
+    store.modify("bad", _newer)
+    spec = store.get("bad").spec  # type: ignore[union-attr]
+    assert [o.task_id for o in sched.tick(1000)] == ["good"]
+    assert [o.task_id for o in sched.tick(1100)] == []  # its lease ran out at 1010
+    assert store.get("bad").spec == spec  # type: ignore[union-attr]
+    assert caplog.text.count("this process cannot read its stored row") == 1
+    assert "'lunar'" in caplog.text
+
+
+def test_a_row_whose_json_is_corrupt_fails_no_claim_and_wakes_no_runner_in_a_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Corrupt JSON in one row (a disk fault, a hand edit): the runs claimed with it
+    still run, the row is left as it is, and a runner does not spin on it."""
+    path = tmp_path / "c.db"
+    store = CountingClaims(path)
+    sched = DurableScheduler(store, lease=0.2, poll=0.05, batch=4)
+    sched.schedule_once("bad", 0, NOOP)
+    sched.schedule_once("good", 0, NOOP)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE cadence_tasks SET state = '{not json' WHERE task_id = 'bad'")
+    done = Collector()
+    with Runner(sched, on_outcome=done):
+        assert done.wait_for(1, timeout=10)
+        time.sleep(0.5)  # "bad"'s lease runs out meanwhile: it is not claimed again
+    assert [str(o.task_id) for o in done.outcomes] == ["good"]
+    assert store.claims < 30  # about one per poll, not a busy loop
+    with sqlite3.connect(path) as db:
+        found = db.execute("SELECT state FROM cadence_tasks WHERE task_id = 'bad'").fetchone()
+    assert found == ("{not json",)
+    assert caplog.text.count("is not valid JSON") == 1
+
+
+class CountingClaims(SQLiteStore):
+    """Counts claims."""
+
+    claims = 0
+
+    def claim(self, *args: Any) -> Any:
+        self.claims += 1
+        return super().claim(*args)
+
+    def complete_and_claim(self, *args: Any) -> Any:
+        self.claims += 1
+        return super().complete_and_claim(*args)
+
+
 # -- the store -------------------------------------------------------------------
 
 

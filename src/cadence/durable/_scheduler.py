@@ -123,6 +123,7 @@ class DurableScheduler(Scheduler):
         "_node",
         "_outage",
         "_poll",
+        "_refused",
         "_reports",
         "_store",
         "_users",
@@ -177,6 +178,7 @@ class DurableScheduler(Scheduler):
         self._actions: dict[str, Callable[..., object]] = {}
         self._callables: dict[str, Callable[..., object]] = {}  # import paths resolved
         self._broken: set[str] = set()  # import paths that failed to import here
+        self._refused: frozenset[str] = frozenset()  # tasks whose rows it could not read
         self._hold = threading.Lock()  # guards the buffer and the held runs
         self._buffer: deque[Held] = deque()  # claimed, not yet handed to a driver
         self._held: dict[str, Held] = {}  # claimed by this node, not yet completed
@@ -278,7 +280,7 @@ class DurableScheduler(Scheduler):
         return found
 
     def _known(self) -> Known:
-        return Known(tuple(self._actions), tuple(self._broken))
+        return Known(tuple(self._actions), tuple(self._broken), self._refused)
 
     def _declare_job(
         self,
@@ -763,7 +765,15 @@ class DurableScheduler(Scheduler):
         if function is None:
             self._release(row)
             return None
+        if row.unreadable is not None:
+            self._refuse(row, row.unreadable)
+            return None
         action = self._bind(function, row)
+        try:
+            task = restore(row, action, Status.RUNNING if row.reclaimed else Status.SCHEDULED)
+        except Exception as exc:  # a spec this cadence cannot read (a newer one wrote it?)
+            self._refuse(row, repr(exc))
+            return None
         if row.reclaimed:
             logger.warning(
                 "task %r: took over its run at %r from an expired lease (expiry %d)",
@@ -771,7 +781,6 @@ class DurableScheduler(Scheduler):
                 row.due,
                 row.expiries,
             )
-            task = restore(row, action, Status.RUNNING)
             if row.expiries >= self._max_expiries:
                 error = LeaseExpired(
                     f"the lease of task {row.task_id!r}'s run at {row.due!r} expired "
@@ -780,7 +789,6 @@ class DurableScheduler(Scheduler):
                 self._complete(task, error, now, now)
                 return None
         else:
-            task = restore(row, action, Status.SCHEDULED)
             claimed = task.engine.claim(now)
             assert task.plan is not None
             if claimed is None or task.row.state != state_of(task.plan):
@@ -800,6 +808,20 @@ class DurableScheduler(Scheduler):
             action.bind(row.task_id, task.plan)
             action.fence, action.expiries = row.fence, row.expiries
         return task
+
+    def _refuse(self, row: TaskRow, why: str) -> None:
+        """A claimed row this node cannot read (its JSON is corrupt, or a newer cadence
+        wrote what this one does not know): logged once, left as it is, and never
+        claimed here again. Its lease is not renewed, so once it runs out a node that
+        can read the row takes the run over. O(refused)."""
+        if row.task_id not in self._refused:
+            logger.error(
+                "task %r: this process cannot read its stored row (%s) and claims it no "
+                "more; the row is left as it is",
+                row.task_id,
+                why,
+            )
+            self._refused = self._refused | {row.task_id}  # (read by other threads)
 
     def _bind(self, function: Callable[..., object], row: TaskRow) -> Action:
         """The call of a stored action; a call shape that no longer fits fails the run."""

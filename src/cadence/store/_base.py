@@ -68,8 +68,9 @@ class TaskRow:
     across processes). ``fence``, ``owner``, ``lease_until`` and
     ``expiries`` are the lease of a run in flight (``queued``/``running``);
     ``version`` counts the row's writes (a store bumps it on each).
-    ``reclaimed`` is set on rows a claim took over from an expired lease
-    (not stored).
+    ``reclaimed`` is set on rows a claim took over from an expired lease,
+    ``unreadable`` (why) on claimed rows whose spec or state could not be
+    decoded, which are then empty (neither is stored).
     """
 
     task_id: str
@@ -87,6 +88,7 @@ class TaskRow:
     expiries: int = 0
     version: int = 0
     reclaimed: bool = field(default=False, compare=False)
+    unreadable: str | None = field(default=None, compare=False)
     spec_text: tuple[object, str] | None = field(default=None, compare=False, repr=False)
     """``(spec, its JSON)`` as read, so an unchanged spec is not encoded again: valid
     while ``spec`` is that very object (specs are replaced, never changed in place)."""
@@ -134,22 +136,27 @@ def row_values(row: TaskRow, encode: Callable[[Any], Any] = _same) -> tuple[Any,
     )  # fmt: skip
 
 
-def task_row(found: Sequence[Any], decode: Callable[[Any], Any] = _same) -> TaskRow:
+def task_row(
+    found: Sequence[Any], decode: Callable[[Any], Any] = _same, *, lenient: bool = False
+) -> TaskRow:
     """The :class:`TaskRow` a database store read (its :data:`COLUMNS`), times
     through ``decode``. Raises :class:`StoreError` for a spec or state that is not
-    JSON (the row is left as it is)."""
+    JSON (the row is left as it is); ``lenient`` (a claim, which one bad row must
+    not fail) returns that row instead, both empty and ``unreadable`` saying why."""
     task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
     owner, lease_until, expiries, version = found[10:]
+    unreadable = None
     try:
         spec_value, state_value = _parsed(spec), json.loads(state)
     except ValueError as exc:
-        raise StoreError(
-            f"task {task_id!r}: its stored spec or state is not valid JSON ({exc}); "
-            "the row is left as it is"
-        ) from None
+        unreadable = f"its stored spec or state is not valid JSON ({exc})"
+        if not lenient:
+            raise StoreError(f"task {task_id!r}: {unreadable}; the row is left as it is") from None
+        spec_value, state_value = {}, {}
     return TaskRow(
         task_id, action, spec_value, state_value, status, bool(paused), decode(due), priority,
-        seq, fence, owner, decode(lease_until), expiries, version, spec_text=(spec_value, spec),
+        seq, fence, owner, decode(lease_until), expiries, version, unreadable=unreadable,
+        spec_text=None if unreadable else (spec_value, spec),
     )  # fmt: skip
 
 
@@ -166,11 +173,12 @@ def claimed_rows(
 ) -> list[TaskRow]:
     """What a database store's claim returns, from the rows its statements read
     (:data:`COLUMNS`): the due runs in :func:`run_order`, then the runs taken over
-    from expired leases, marked ``reclaimed``. Times through ``decode``.
-    O(k log k) for k rows; raises as :func:`task_row` does."""
-    rows = sorted((task_row(found, decode) for found in due), key=run_order)
+    from expired leases, marked ``reclaimed``. Times through ``decode``; a row
+    whose JSON cannot be decoded comes back ``unreadable`` (one bad row fails no
+    claim). O(k log k) for k rows."""
+    rows = sorted((task_row(found, decode, lenient=True) for found in due), key=run_order)
     for found in expired:
-        row = task_row(found, decode)
+        row = task_row(found, decode, lenient=True)
         row.reclaimed = True
         rows.append(row)
     return rows
@@ -253,17 +261,23 @@ def ahead(edits: Sequence[Edit]) -> list[bool]:
 
 
 class Known(NamedTuple):
-    """Which actions a node can run: ``names`` it registered, and import paths
-    (``"pkg.mod:func"``, claimed by any node) except the ``broken`` ones it failed
-    to import."""
+    """Which runs a node can claim: those of actions it can run (``names`` it
+    registered, and import paths, ``"pkg.mod:func"``, claimed by any node, except
+    the ``broken`` ones it failed to import), except the tasks it ``refused``
+    (rows it could not read)."""
 
     names: Collection[str]
     broken: Collection[str]
+    refused: Collection[str] = ()
 
     def __contains__(self, action: object) -> bool:
         return isinstance(action, str) and (
             action in self.names or (":" in action and action not in self.broken)
         )
+
+    def claims(self, row: TaskRow) -> bool:
+        """Whether a claim by this node may take ``row``. O(1) for sets."""
+        return row.action in self and row.task_id not in self.refused
 
 
 class StoreError(RuntimeError):

@@ -108,11 +108,11 @@ class MemoryStore(StoreBase):
     def _claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """:meth:`claim`'s work, under the lock."""
         due = sorted(
-            (r for r in self._rows.values() if _due(r, now) and r.action in known),
+            (r for r in self._rows.values() if _due(r, now) and known.claims(r)),
             key=run_order,
         )[:limit]
         expired = sorted(
-            (r for r in self._rows.values() if _expired(r, now) and r.action in known),
+            (r for r in self._rows.values() if _expired(r, now) and known.claims(r)),
             key=lambda r: r.lease_until or 0,
         )[: limit - len(due)]
         claimed = []
@@ -150,13 +150,13 @@ class MemoryStore(StoreBase):
             times = [
                 r.due
                 for r in self._rows.values()
-                if r.status == SCHEDULED and not r.paused and r.action in known
+                if r.status == SCHEDULED and not r.paused and known.claims(r)
             ]
             times += [
                 r.lease_until
                 for r in self._rows.values()
                 if r.status in LEASED and r.owner != node and r.lease_until is not None
-                and r.action in known
+                and known.claims(r)
             ]  # fmt: skip
             return min(times, default=None)
 

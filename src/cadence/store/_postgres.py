@@ -650,10 +650,14 @@ def _returning() -> str:
 
 
 def _known(known: Known) -> tuple[str, list[Any]]:
-    return (
-        "(action = ANY(%s) OR (strpos(action, ':') > 0 AND NOT action = ANY(%s)))",
-        [list(known.names), list(known.broken)],
-    )
+    """The SQL condition for "a run this node may claim" (:class:`Known`), and its
+    parameters."""
+    sql = "(action = ANY(%s) OR (strpos(action, ':') > 0 AND NOT action = ANY(%s)))"
+    params: list[Any] = [list(known.names), list(known.broken)]
+    if known.refused:
+        sql += " AND NOT task_id = ANY(%s)"
+        params.append(list(known.refused))
+    return sql, params
 
 
 __all__ = ["PostgresStore"]

@@ -319,7 +319,7 @@ class SQLiteStore(StoreBase):
     ) -> tuple[list[Change[Any] | None], list[TaskRow]]:
         """See :meth:`cadence.store.Store.complete_and_claim`: one ``BEGIN IMMEDIATE``
         transaction, one commit (with ``FULL``, one fsync)."""
-        with self._write() as db:  # rows read inside: one it cannot read undoes it all
+        with self._write() as db:
             return self._modify_in(db, edits), claimed_rows(
                 *self._claim_in(db, node, now, limit, lease, known)
             )
@@ -508,12 +508,15 @@ def _while_busy(db: sqlite3.Connection, statement: str, deadline: float) -> None
 
 
 def _known(known: Known) -> tuple[str, list[str]]:
-    """The SQL condition for "an action this node can run", and its parameters."""
-    names, broken = list(known.names), list(known.broken)
+    """The SQL condition for "a run this node may claim" (:class:`Known`), and its
+    parameters."""
+    names, broken, refused = list(known.names), list(known.broken), list(known.refused)
     marks = ",".join("?" * len(names))
     broken_marks = ",".join("?" * len(broken))
     sql = f"(action IN ({marks}) OR (instr(action, ':') > 0 AND action NOT IN ({broken_marks})))"
-    return sql, [*names, *broken]
+    if refused:
+        sql += f" AND task_id NOT IN ({','.join('?' * len(refused))})"
+    return sql, [*names, *broken, *refused]
 
 
 __all__ = ["SQLiteStore", "StoreError"]
