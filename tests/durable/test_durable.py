@@ -1141,19 +1141,7 @@ def test_stop_from_on_outcome_of_a_batch_committed_with_a_claim_does_not_hang(
     sched = DurableScheduler(SQLiteStore(tmp_path / "g.db"), batch=2)
     for name in "abcd":
         sched.schedule_once(name, 0, NOOP)
-    stopped = threading.Event()
-    runners: list[Runner] = []
-
-    def stop_on_first(outcome: Any) -> None:
-        if not stopped.is_set():
-            runners[0].stop()
-            stopped.set()
-
-    runner = Runner(sched, on_outcome=stop_on_first)
-    runners.append(runner)
-    runner.start()
-    assert stopped.wait(10), "stop() from on_outcome hung"
-    assert runner.stop(wait=True, timeout=10)
+    _stop_from_on_outcome(sched, lambda outcome: True)
     assert [sched.status(name) for name in "ab"] == [Status.DONE] * 2
     assert {sched.status(name) for name in "cd"} <= {Status.DONE, Status.SCHEDULED}
 
@@ -1169,15 +1157,21 @@ def test_stop_from_on_outcome_of_a_held_back_completion_does_not_hang(tmp_path: 
     sched.schedule_once("b", 0.001, "slow")
     sched.schedule_once("c", 0.002, "quick")
     time.sleep(0.01)  # all three due: claimed in one batch, "a" held back while "b" runs
+    _stop_from_on_outcome(sched, lambda outcome: outcome.task_id == "a")
+
+
+def _stop_from_on_outcome(sched: DurableScheduler, this: Callable[[Any], bool]) -> None:
+    """Run ``sched`` with a Runner whose on_outcome stops it at the first outcome that
+    is ``this`` one; neither that stop() nor the next may hang."""
     stopped = threading.Event()
     runners: list[Runner] = []
 
-    def stop_on_first(outcome: Any) -> None:
-        if outcome.task_id == "a":
+    def stop_there(outcome: Any) -> None:
+        if not stopped.is_set() and this(outcome):
             runners[0].stop()
             stopped.set()
 
-    runner = Runner(sched, on_outcome=stop_on_first)
+    runner = Runner(sched, on_outcome=stop_there)
     runners.append(runner)
     runner.start()
     assert stopped.wait(10), "stop() from on_outcome hung"

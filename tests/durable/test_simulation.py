@@ -126,12 +126,10 @@ class Protocol(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, NODES - 1), k=st.integers(0, 3), ok=st.booleans())
     def complete(self, i: int, k: int, ok: bool) -> None:
-        node = self._live(i)
-        if node is None or not node.held:
+        taken = self._take_held(i, k)
+        if taken is None:
             return
-        self._sync(node)
-        task = node.held.pop(k % len(node.held))
-        now = node.clock()
+        node, task, now = taken
         before = self.store.get(str(task.task_id))
         recorded = len(self.store.outcomes(str(task.task_id), 10**6))
         node.sched._complete(task, None if ok else ValueError("failed"), now, now)
@@ -139,6 +137,14 @@ class Protocol(RuleBasedStateMachine):
             assert self.store.get(str(task.task_id)) == before
             assert len(self.store.outcomes(str(task.task_id), 10**6)) == recorded
         self._check_recorded(task, before)
+
+    def _take_held(self, i: int, k: int) -> tuple[Node, Held, Any] | None:
+        """A run node ``i`` (if live) holds, the ``k``-th (mod), to complete now."""
+        node = self._live(i)
+        if node is None or not node.held:
+            return None
+        self._sync(node)
+        return node, node.held.pop(k % len(node.held)), node.clock()
 
     def _check_recorded(self, task: Held, before: Any) -> None:
         """A holder whose lease was current when it completed recorded one outcome under
@@ -150,12 +156,10 @@ class Protocol(RuleBasedStateMachine):
     def complete_with_the_next_claim(self, i: int, k: int, ok: bool) -> None:
         """A runner's dispatcher: a held run's completion committed in the transaction
         of its next claim (``Store.complete_and_claim``), then reported."""
-        node = self._live(i)
-        if node is None or not node.held:
+        taken = self._take_held(i, k)
+        if taken is None:
             return
-        self._sync(node)
-        task = node.held.pop(k % len(node.held))
-        now = node.clock()
+        node, task, now = taken
         error = None if ok else ValueError("failed")
         before = self.store.get(str(task.task_id))
         edit, outcome = node.sched._decided(task, error, now, now)
