@@ -136,6 +136,27 @@ def row_values(row: TaskRow, encode: Callable[[Any], Any] = _same) -> tuple[Any,
     )  # fmt: skip
 
 
+def write_row(
+    execute: Callable[[str, Sequence[Any]], object],
+    table: str,
+    new: TaskRow,
+    old: TaskRow | None,
+    mark: str,
+    encode: Callable[[Any], Any] = _same,
+) -> None:
+    """Write ``new`` in a database store's ``table`` through its ``execute`` (``mark``
+    its parameter mark, times through ``encode``): over ``old``, or inserted if there
+    was none. One statement."""
+    values = row_values(new, encode)
+    if old is None:
+        marks = ",".join([mark] * len(values))
+        execute(f"INSERT INTO {table} ({COLUMNS}) VALUES ({marks})", values)
+    else:
+        execute(
+            update_sql(table, ROW_COLUMNS, mark, f"task_id = {mark}"), (*values[1:], old.task_id)
+        )
+
+
 def task_row(
     found: Sequence[Any], decode: Callable[[Any], Any] = _same, *, lenient: bool = False
 ) -> TaskRow:

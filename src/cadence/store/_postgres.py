@@ -39,7 +39,6 @@ from cadence._types import Time
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
     FINISHED,
-    ROW_COLUMNS,
     RUN_COLUMNS,
     Change,
     Edit,
@@ -50,10 +49,9 @@ from ._base import (
     ahead,
     claimed_rows,
     migrate,
-    row_values,
     run_values,
     task_row,
-    update_sql,
+    write_row,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
@@ -400,15 +398,7 @@ class PostgresStore(StoreBase):
         if new is not None:
             new.version = 0 if row is None else row.version + 1
             self._seq(db, decided)
-            values = row_values(new, _num)
-            if row is None:
-                marks = ",".join(["%s"] * len(values))
-                db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
-            else:
-                db.execute(
-                    update_sql(f"{p}tasks", ROW_COLUMNS, "%s", "task_id = %s"),
-                    (*values[1:], task_id),
-                )
+            write_row(db.execute, f"{p}tasks", new, row, "%s", _num)
         self._record(db, decided)
         return decided
 

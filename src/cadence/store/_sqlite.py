@@ -26,7 +26,6 @@ from cadence._types import Time
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
     FINISHED,
-    ROW_COLUMNS,
     RUN_COLUMNS,
     RUNNING,
     Change,
@@ -39,10 +38,9 @@ from ._base import (
     ahead,
     claimed_rows,
     migrate,
-    row_values,
     run_values,
     task_row,
-    update_sql,
+    write_row,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
@@ -236,15 +234,7 @@ class SQLiteStore(StoreBase):
             if new is not None:
                 new.version = 0 if row is None else row.version + 1
                 self._seq(db, decided)
-                values = row_values(new)
-                if row is None:
-                    marks = ",".join("?" * len(values))
-                    db.execute(f"INSERT INTO {p}tasks ({_COLUMNS}) VALUES ({marks})", values)
-                else:
-                    db.execute(
-                        update_sql(f"{p}tasks", ROW_COLUMNS, "?", "task_id = ?"),
-                        (*values[1:], task_id),
-                    )
+                write_row(db.execute, f"{p}tasks", new, row, "?")
             self._record(db, decided)
             results.append(decided)
         return results
