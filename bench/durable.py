@@ -25,6 +25,7 @@ Run: ``python bench/durable.py`` (writes ``bench/results/durable.md`` and ``.jso
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import platform
@@ -176,38 +177,24 @@ def pg_floor_drain(per_row: bool) -> float:
             for i in range(N):
                 cp.write_row((i, 0, i))
         c.execute("VACUUM ANALYZE floor_runs")
+        claim = (
+            "WITH cand AS MATERIALIZED (SELECT id FROM floor_runs WHERE state = 0 AND "
+            "due <= 1 ORDER BY due, prio, seq LIMIT 32 FOR UPDATE SKIP LOCKED) "
+            "UPDATE floor_runs r SET state = 1, owner = 'w', lease_until = 31, "
+            "fence = r.fence + 1 FROM cand WHERE r.id = cand.id RETURNING r.id, r.due, r.fence"
+        )
+        complete = (
+            "UPDATE floor_runs SET state = 0, due = %s, owner = NULL, lease_until = NULL "
+            "WHERE id = %s AND fence = %s AND state = 1"
+        )
         done = 0
         start = time.perf_counter()
-        while True:
-            with c.transaction():
-                rows = c.execute(
-                    "WITH cand AS MATERIALIZED (SELECT id FROM floor_runs WHERE state = 0 AND "
-                    "due <= 1 ORDER BY due, prio, seq LIMIT 32 FOR UPDATE SKIP LOCKED) "
-                    "UPDATE floor_runs r SET state = 1, owner = 'w', lease_until = 31, "
-                    "fence = r.fence + 1 FROM cand WHERE r.id = cand.id "
-                    "RETURNING r.id, r.due, r.fence"
-                ).fetchall()
-            if not rows:
-                break
-            batch = c.transaction() if not per_row else None
-            if batch is not None:
-                batch.__enter__()
-            for rid, due, fence in rows:
-                if per_row:
-                    with c.transaction():
-                        done += c.execute(
-                            "UPDATE floor_runs SET state = 0, due = %s, owner = NULL, "
-                            "lease_until = NULL WHERE id = %s AND fence = %s AND state = 1",
-                            (due + FAR, rid, fence),
-                        ).rowcount
-                else:
-                    done += c.execute(
-                        "UPDATE floor_runs SET state = 0, due = %s, owner = NULL, "
-                        "lease_until = NULL WHERE id = %s AND fence = %s AND state = 1",
-                        (due + FAR, rid, fence),
-                    ).rowcount
-            if batch is not None:
-                batch.__exit__(None, None, None)
+        # As ../shared/bench/durable-floor/bench_store.py: each statement its own
+        # (autocommit) transaction, one round trip; a batch's completions in one.
+        while rows := c.execute(claim).fetchall():
+            with contextlib.nullcontext() if per_row else c.transaction():
+                for rid, due, fence in rows:
+                    done += c.execute(complete, (due + FAR, rid, fence)).rowcount
         elapsed = time.perf_counter() - start
         c.execute("DROP TABLE floor_runs")
     assert done == N
