@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -145,6 +146,39 @@ def test_two_processes_on_one_file_run_each_slot_once(cli: Cli) -> None:
     keys = [line.split()[3] for line in cli.lines()]
     assert len(keys) == len(set(keys))  # no slot ran twice
     assert len(cli.json("status")) == 2  # and the file was loaded once
+
+
+def test_status_lists_a_row_it_cannot_read_and_says_why(cli: Cli) -> None:
+    """One corrupt row (a disk fault, a hand edit) hides no other task from ``status``,
+    and keeps no node from starting."""
+    cli.write(f'[[jobs]]\nid = "bad"\nevery = "1h"\n{RECORD}\n'
+              f'[[jobs]]\nid = "good"\nevery = "1h"\n{RECORD}\n')  # fmt: skip
+    proc = cli.start()
+    cli.wait(lambda: cli("status").returncode == 0 and cli("status").stdout.count("\n") == 3)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    with sqlite3.connect(cli.dir / "state.db") as db:
+        db.execute("UPDATE cadence_tasks SET spec = '{not json' WHERE task_id = 'bad'")
+    bad, good = cli.json("status")
+    assert (bad["id"], bad["status"], good["id"], good["unreadable"]) == (
+        "bad", "scheduled", "good", None)  # fmt: skip
+    assert "not valid JSON" in bad["unreadable"]
+    text = cli("status")
+    assert text.returncode == 0
+    assert "cannot be read here" in text.stdout
+    env = {**cli.env, "COLUMNS": "200", "FORCE_COLOR": "0"}  # and a node still starts
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cadence", "run", str(cli.jobs), "--store", cli.store,
+         "--live", "yes"],
+        cwd=cli.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cli.procs.append(proc)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "job 'bad' not loaded, its stored row left as it is" in err
+    assert "cannot be read here" in err  # the live view says so too
 
 
 def test_pause_resume_trigger_and_cancel_from_another_process(cli: Cli) -> None:

@@ -509,6 +509,8 @@ def test_a_row_this_cadence_cannot_read_is_left_as_it_is_and_holds_no_run_back(
     assert store.get("bad").spec == spec  # type: ignore[union-attr]
     assert caplog.text.count("this process cannot read its stored row") == 1
     assert "'lunar'" in caplog.text
+    listed = {info.task_id: info for info in sched.tasks()}  # still listed, as it is
+    assert (listed["bad"].status, listed["bad"].schedule) == (Status.RUNNING, None)
 
 
 def test_a_row_whose_json_is_corrupt_fails_no_claim_and_wakes_no_runner_in_a_loop(
@@ -533,6 +535,11 @@ def test_a_row_whose_json_is_corrupt_fails_no_claim_and_wakes_no_runner_in_a_loo
         found = db.execute("SELECT state FROM cadence_tasks WHERE task_id = 'bad'").fetchone()
     assert found == ("{not json",)
     assert caplog.text.count("is not valid JSON") == 1
+    [listed] = sched.tasks()  # "good" is done; "bad" is still listed
+    assert (listed.task_id, listed.schedule, listed.attempt) == ("bad", None, 0)
+    [row] = [row for row in store.rows() if row.task_id == "bad"]
+    assert row.unreadable is not None
+    assert "not valid JSON" in row.unreadable
 
 
 class CountingClaims(SQLiteStore):

@@ -242,6 +242,7 @@ def _status(args: argparse.Namespace) -> int:
             "next": row.due if scheduled else None,
             "last": last[0].result if last else None,
             "last_at": last[0].at if last else None,
+            "unreadable": row.unreadable,
         })  # fmt: skip
     if args.json:
         print(json.dumps(entries))
@@ -250,6 +251,8 @@ def _status(args: argparse.Namespace) -> int:
     for e in entries:
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
         last = "-" if e["last"] is None else f"{e['last']} ({_time(e['last_at'], tz)})"
+        if e["unreadable"]:
+            last += f"; cannot be read here: {e['unreadable']}"
         print(f"{e['id']:24} {status:10} {_time(e['next'], tz):30} {last}")
     return 0
 

@@ -19,6 +19,7 @@ from cadence._runner import Runner
 from cadence.cli import _command
 from cadence.cli._jobfile import Job, local_zone
 from cadence.durable import DurableScheduler
+from cadence.store import StoreError
 
 log = logging.getLogger("cadence.cli")
 
@@ -30,10 +31,16 @@ def serve(
 
     On SIGTERM or SIGINT: no new run is claimed; runs in flight get
     ``grace`` seconds, then their commands' process groups are terminated
-    (SIGTERM, then SIGKILL). Returns 0.
+    (SIGTERM, then SIGKILL). A job whose stored row cannot be read (see
+    ``cadence status``) is logged and left as it is; the others run. Returns 0.
     """
-    added = [job.id for job in jobs if sched.ensure(job.id, job.when, job.action, **job.options())]
-    log.info("%d jobs loaded into %s (%d new or changed)", len(jobs), sched.store, len(added))
+    added = 0
+    for job in jobs:
+        try:
+            added += sched.ensure(job.id, job.when, job.action, **job.options())
+        except StoreError as exc:  # its stored row cannot be read: the other jobs still run
+            log.error("job %r not loaded, its stored row left as it is: %s", job.id, exc)
+    log.info("%d jobs loaded into %s (%d new or changed)", len(jobs), sched.store, added)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -87,6 +94,8 @@ class _View:
             last = self._sched.store.outcomes(row.task_id, 1)
             nxt = row.due if row.status == "scheduled" and not row.paused else None
             result = last[0].result if last else "-"
+            if row.unreadable:
+                result += " (its stored row cannot be read here)"
             if last and last[0].result != "ok" and last[0].error:
                 failures.append(f"{row.task_id}: {last[0].error.splitlines()[0]}")
             table.add_row(

@@ -30,7 +30,7 @@ from cadence._scheduler import _plan as make_plan
 from cadence._types import Action, Result, RunOutcome, Status, TaskInfo, Time
 from cadence.misfire import Misfire
 from cadence.schedules import FixedRate, Once
-from cadence.store import Change, Edit, Known, OutcomeRow, Store, TaskRow
+from cadence.store import Change, Edit, Known, OutcomeRow, Store, StoreError, TaskRow
 
 from . import _codec
 from ._rows import LEASED, Held, dump, new_row, outcome_row, restore, state_of
@@ -583,7 +583,12 @@ class DurableScheduler(Scheduler):
         return None if row is None else self._info(row)
 
     def tasks(self) -> list[TaskInfo]:
-        """As :meth:`cadence.Scheduler.tasks`: every unfinished stored task. O(n) reads."""
+        """As :meth:`cadence.Scheduler.tasks`: every unfinished stored task. O(n) reads.
+
+        A row this process cannot read (corrupt JSON, a schedule kind a newer
+        cadence wrote) is listed with ``schedule`` ``None`` (and ``attempt`` 0 if
+        its state is unreadable): one bad row hides no other.
+        """
         return [self._info(row) for row in self._store.rows() if row.status not in FINISHED]
 
     def history(self, task_id: str, limit: int = 20) -> list[OutcomeRow]:
@@ -649,13 +654,17 @@ class DurableScheduler(Scheduler):
             outcome = RunOutcome(
                 row.task_id, o.at, Result(o.result), error, o.attempt, started, o.skipped
             )
+        try:
+            schedule = None if row.unreadable else _codec.schedule_from(row.spec["schedule"])
+        except StoreError:  # a kind a newer cadence wrote (see _refuse)
+            schedule = None
         return TaskInfo(
             row.task_id,
             status,
             row.paused,
             row.due if status is Status.SCHEDULED and not row.paused else None,
-            _codec.schedule_from(row.spec["schedule"]),
-            row.state["attempt"],
+            schedule,
+            row.state.get("attempt", 0),
             outcome,
         )
 

@@ -471,7 +471,9 @@ class Store(Protocol):
         ...
 
     def rows(self) -> list[TaskRow]:
-        """Every row, finished ones included, ordered by task id. O(n)."""
+        """Every row, finished ones included, ordered by task id. A row whose stored
+        JSON cannot be decoded is listed too, ``unreadable`` (as a claim returns it),
+        so one bad row hides no other. O(n)."""
         ...
 
     def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:

@@ -539,7 +539,7 @@ class PostgresStore(StoreBase):
                 f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id"
             ).fetchall()
         )
-        return [task_row(r, _time) for r in found]
+        return [task_row(r, _time, lenient=True) for r in found]
 
     def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
         """See :meth:`cadence.store.Store.outcomes`."""

@@ -402,7 +402,7 @@ class SQLiteStore(StoreBase):
     def rows(self) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.rows`."""
         found = self._db().execute(f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id")
-        return [task_row(r) for r in found.fetchall()]
+        return [task_row(r, lenient=True) for r in found.fetchall()]
 
     def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
         """See :meth:`cadence.store.Store.outcomes`."""
