@@ -166,6 +166,8 @@ def test_status_lists_a_row_it_cannot_read_and_says_why(cli: Cli) -> None:
     text = cli("status")
     assert text.returncode == 0
     assert "cannot be read here" in text.stdout
+    assert cli("history", "bad").returncode == 0  # its outcomes are readable
+    assert cli("pause", "bad").returncode == 2  # a change cannot be decided on it
     env = {**cli.env, "COLUMNS": "200", "FORCE_COLOR": "0"}  # and a node still starts
     proc = subprocess.Popen(
         [sys.executable, "-m", "cadence", "run", str(cli.jobs), "--store", cli.store,

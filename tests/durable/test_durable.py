@@ -537,6 +537,8 @@ def test_a_row_whose_json_is_corrupt_fails_no_claim_and_wakes_no_runner_in_a_loo
     assert caplog.text.count("is not valid JSON") == 1
     [listed] = sched.tasks()  # "good" is done; "bad" is still listed
     assert (listed.task_id, listed.schedule, listed.attempt) == ("bad", None, 0)
+    assert sched.info("bad") == listed
+    assert sched.status("bad") is Status.RUNNING  # (its lease ran out: see above)
     [row] = [row for row in store.rows() if row.task_id == "bad"]
     assert row.unreadable is not None
     assert "not valid JSON" in row.unreadable

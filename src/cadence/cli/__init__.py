@@ -250,9 +250,10 @@ def _status(args: argparse.Namespace) -> int:
     print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':30} LAST")
     for e in entries:
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
-        last = "-" if e["last"] is None else f"{e['last']} ({_time(e['last_at'], tz)})"
+        notes = [] if e["last"] is None else [f"{e['last']} ({_time(e['last_at'], tz)})"]
         if e["unreadable"]:
-            last += f"; cannot be read here: {e['unreadable']}"
+            notes.append(f"cannot be read here: {e['unreadable']}")
+        last = "; ".join(notes) or "-"
         print(f"{e['id']:24} {status:10} {_time(e['next'], tz):30} {last}")
     return 0
 

@@ -463,7 +463,8 @@ class Store(Protocol):
         ...
 
     def get(self, task_id: str) -> TaskRow | None:
-        """The row of ``task_id``, or ``None``."""
+        """The row of ``task_id``, or ``None``; ``unreadable`` if its stored JSON
+        cannot be decoded (see :meth:`rows`)."""
         ...
 
     def actions(self) -> set[str]:

@@ -520,7 +520,7 @@ class PostgresStore(StoreBase):
                 f"SELECT {_COLUMNS} FROM {self._p}tasks WHERE task_id = %s", (task_id,)
             ).fetchone()
         )
-        return None if found is None else task_row(found, _time)
+        return None if found is None else task_row(found, _time, lenient=True)
 
     def actions(self) -> set[str]:
         """See :meth:`cadence.store.Store.actions`."""

@@ -389,7 +389,7 @@ class SQLiteStore(StoreBase):
             .execute(f"SELECT {_COLUMNS} FROM {self._p}tasks WHERE task_id = ?", (task_id,))
             .fetchone()
         )
-        return None if found is None else task_row(found)
+        return None if found is None else task_row(found, lenient=True)
 
     def actions(self) -> set[str]:
         """See :meth:`cadence.store.Store.actions`."""
