@@ -78,11 +78,12 @@ def cadence_drain(directory: str, sync: str, workers: int = 0, group: bool = Tru
     return rate
 
 
-def store_drain(directory: str, sync: str) -> float:
-    """Runs/s of the store alone: the transactions of a group commit without a pool
-    (claim 32 and commit the previous batch's completions, one
-    ``complete_and_claim`` each), the completions decided once up front and nothing
-    run: what the scheduler and runner add per run is the rest."""
+def store_drain(directory: str, sync: str, group: bool = True) -> float:
+    """Runs/s of the store alone: the transactions of a runner without a pool, the
+    completions decided once up front and nothing run. ``group``: claim 32 and commit
+    the previous batch's completions in one ``complete_and_claim``; else a claim per 32
+    and a ``modify_many`` (one commit) per completion. What the scheduler and runner
+    add per run is the rest."""
     path = _fresh(directory, f"store-{sync}.db")
     _seed(SQLiteStore(path, synchronous="NORMAL"))
     store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
@@ -90,7 +91,11 @@ def store_drain(directory: str, sync: str) -> float:
     done, edits = 0, list[Edit]()
     start = time.perf_counter()
     while True:
-        results, rows = store.complete_and_claim(edits, "bench", 1.0, 32, 30.0, known)
+        if group:
+            results, rows = store.complete_and_claim(edits, "bench", 1.0, 32, 30.0, known)
+        else:
+            results = [store.modify_many([edit])[0] for edit in edits]
+            rows = store.claim("bench", 1.0, 32, 30.0, known)
         done += sum(result is not None for result in results)
         if not rows:
             break
@@ -522,6 +527,10 @@ def main() -> None:
                 runs: list[tuple[str, Callable[[str], float | None]]] = [
                     ("floor, commit per run", lambda s: floor_drain(directory, s, True)),
                     ("floor, commit per 32", lambda s: floor_drain(directory, s, False)),
+                    (
+                        "cadence's store alone, commit per run",
+                        lambda s: store_drain(directory, s, False),
+                    ),
                     ("cadence's store alone, group commit", lambda s: store_drain(directory, s)),
                     ("cadence, commit per run", lambda s: cadence_drain(directory, s, 0, False)),
                     (
