@@ -69,8 +69,8 @@ class TaskRow:
     ``expiries`` are the lease of a run in flight (``queued``/``running``);
     ``version`` counts the row's writes (a store bumps it on each).
     ``reclaimed`` is set on rows a claim took over from an expired lease,
-    ``unreadable`` (why) on claimed rows whose spec or state could not be
-    decoded, which are then empty (neither is stored).
+    ``unreadable`` (why) on rows read (claimed, listed) whose spec or state
+    could not be decoded, which are then empty (neither is stored).
     """
 
     task_id: str
@@ -162,8 +162,9 @@ def task_row(
 ) -> TaskRow:
     """The :class:`TaskRow` a database store read (its :data:`COLUMNS`), times
     through ``decode``. Raises :class:`StoreError` for a spec or state that is not
-    JSON (the row is left as it is); ``lenient`` (a claim, which one bad row must
-    not fail) returns that row instead, both empty and ``unreadable`` saying why."""
+    JSON (the row is left as it is); ``lenient`` (a claim or a read, which one bad
+    row must not fail) returns that row instead, both empty and ``unreadable``
+    saying why."""
     task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
     owner, lease_until, expiries, version = found[10:]
     unreadable = None
