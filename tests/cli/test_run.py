@@ -34,14 +34,25 @@ class Cli:
     def write(self, text: str) -> None:
         self.jobs.write_text(text)
 
-    def start(self, *extra: str) -> subprocess.Popen[str]:
+    def start(self, *extra: str, live: bool = False) -> subprocess.Popen[str]:
+        env = {**self.env, "COLUMNS": "200", "FORCE_COLOR": "0"} if live else self.env
         proc = subprocess.Popen(
             [sys.executable, "-m", "cadence", "run", str(self.jobs), "--store", self.store,
-             "--live", "no", *extra],
-            cwd=self.dir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+             "--live", "yes" if live else "no", *extra],
+            cwd=self.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.procs.append(proc)
         return proc
+
+    def live(self, seconds: float) -> str:
+        """``cadence run`` with its live view for ``seconds``, then SIGTERM: what it
+        drew and logged (stderr); it must exit 0."""
+        proc = self.start(live=True)
+        time.sleep(seconds)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        return err
 
     def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -168,17 +179,7 @@ def test_status_lists_a_row_it_cannot_read_and_says_why(cli: Cli) -> None:
     assert "cannot be read here" in text.stdout
     assert cli("history", "bad").returncode == 0  # its outcomes are readable
     assert cli("pause", "bad").returncode == 2  # a change cannot be decided on it
-    env = {**cli.env, "COLUMNS": "200", "FORCE_COLOR": "0"}  # and a node still starts
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cadence", "run", str(cli.jobs), "--store", cli.store,
-         "--live", "yes"],
-        cwd=cli.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    cli.procs.append(proc)
-    time.sleep(1.5)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    err = cli.live(1.5)  # and a node still starts
     assert "job 'bad' not loaded, its stored row left as it is" in err
     assert "cannot be read here" in err  # the live view says so too
 
@@ -245,17 +246,7 @@ def test_call_jobs_and_failures_with_output_in_history(cli: Cli) -> None:
 def test_the_live_view_shows_jobs_next_runs_and_failures(cli: Cli) -> None:
     cli.write('[[jobs]]\nid = "ok"\nevery = "0.2s"\ncommand = "true"\n'
               '[[jobs]]\nid = "bad"\nevery = "0.2s"\ncommand = "echo nope; exit 1"\n')  # fmt: skip
-    env = {**cli.env, "COLUMNS": "120", "FORCE_COLOR": "0"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cadence", "run", str(cli.jobs), "--store", cli.store,
-         "--live", "yes"],
-        cwd=cli.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    cli.procs.append(proc)
-    time.sleep(2.0)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0
+    err = cli.live(2.0)
     for shown in ("job", "next run", "last run", "result", "ok", "bad", "latest failures"):
         assert shown in err, shown
 
