@@ -6,13 +6,15 @@ Run: ``python bench/durable.py`` (writes ``bench/results/durable.md`` and ``.jso
   long that each runs once), each run's completion durable before the next
   claim's effect is visible. Measured for cadence (a ``Runner`` on a
   ``DurableScheduler``, batch 32: one commit per claim of 32, then one per
-  completion, or group commit, the default: completions committed on the
-  scheduler's committer thread, those that queue during a commit sharing the
-  next; each also with a pool of 16 workers), for the raw-SQL floor of the
-  same claim/complete cycle (``../shared/bench/durable-floor/``'s shape: no
-  scheduling logic at all),
-  and for APScheduler 3 with ``SQLAlchemyJobStore`` on SQLite (the peer users
-  run today), all on one SQLite file in WAL mode, ``synchronous=FULL`` and
+  completion, or group commit, the default: a batch's completions committed
+  with the next claim, or, with a pool of 16 workers, on the scheduler's
+  committer thread, those that queue during a commit sharing the next), for
+  the raw-SQL floor of the same claim/complete cycle
+  (``../shared/bench/durable-floor/``'s shape: no scheduling logic at all),
+  for cadence's store alone (its transactions, the completions decided up
+  front, nothing run: the store's share of a run), and for APScheduler 3
+  with ``SQLAlchemyJobStore`` on SQLite (the peer users run today), all on
+  one SQLite file in WAL mode, ``synchronous=FULL`` and
   ``NORMAL``; on PostgreSQL beside its floor, APScheduler 4 (pre-release,
   ``SQLAlchemyDataStore``, in a virtualenv of its own) and procrastinate
   (``bench/peer_drains/``), one process and four.
