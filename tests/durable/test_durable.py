@@ -812,8 +812,49 @@ def test_a_dispatcher_commits_its_batch_of_completions_itself_before_it_claims_a
     commit per batch."""
     monkeypatch.setattr(durable_scheduler, "LINGER", 60.0)
     store = FlushNotingStore(tmp_path / "d.db")
-    _run_durably(DurableScheduler(store, batch=8), 24)
-    assert store.flushes == [(8, "cadence-runner, with a claim")] * 3
+    _run_durably(DurableScheduler(store, batch=8, poll=5), 24)  # claims of 1, 8, 8, 7
+    assert store.flushes == [(n, "cadence-runner, with a claim") for n in (1, 8, 8, 7)]
+
+
+class ClaimNotingStore(SQLiteStore):
+    """Notes the ``limit`` of each claim."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.limits: list[int] = []
+
+    def claim(self, node: str, now: Any, limit: int, *rest: Any) -> Any:
+        self.limits.append(limit)
+        return super().claim(node, now, limit, *rest)
+
+    def complete_and_claim(self, edits: Any, node: str, now: Any, limit: int, *rest: Any) -> Any:
+        self.limits.append(limit)
+        return super().complete_and_claim(edits, node, now, limit, *rest)
+
+
+def test_a_runner_without_a_pool_claims_one_run_then_what_it_starts_within_a_poll(
+    tmp_path: Path,
+) -> None:
+    """Fast runs: after a first claim of one, claims of a full batch (their runs start
+    well within ``poll``); a claim that was not full does not change the pace."""
+    store = ClaimNotingStore(tmp_path / "fast.db")
+    _run_durably(DurableScheduler(store, batch=8, poll=5), 24)
+    assert store.limits[:5] == [1, 8, 8, 8, 8]  # got 1, 8, 8, 7, then nothing
+
+
+def test_a_runner_without_a_pool_leaves_slow_runs_to_other_nodes(tmp_path: Path) -> None:
+    """Runs that take longer than ``poll`` are claimed one at a time: the others stay
+    claimable by other nodes rather than wait in this node's batch."""
+    store = ClaimNotingStore(tmp_path / "slow.db")
+    sched = DurableScheduler(store, batch=8, poll=0.05)
+    sched.register("slow", lambda: time.sleep(0.05))
+    for i in range(4):
+        sched.schedule_once(f"t{i}", 0, "slow", args=())
+    done = Collector()
+    with Runner(sched, on_outcome=done):
+        assert done.wait_for(4, timeout=10)
+    assert store.limits[:4] == [1, 1, 1, 1]
+    assert [outcome.error for outcome in done.outcomes] == [None] * 4
 
 
 def test_completions_keep_waiting_for_the_dispatcher_while_it_keeps_finishing_runs(
@@ -823,14 +864,14 @@ def test_completions_keep_waiting_for_the_dispatcher_while_it_keeps_finishing_ru
     each take a while, but less than LINGER, is still committed in one transaction."""
     monkeypatch.setattr(durable_scheduler, "LINGER", 0.2)
     store = FlushNotingStore(tmp_path / "s.db")
-    sched = DurableScheduler(store, batch=12)
+    sched = DurableScheduler(store, batch=12, poll=10)  # claims of 1, then 11
     sched.register("pause", lambda: time.sleep(0.02))
     for i in range(12):
         sched.schedule_once(f"t{i:02}", 0, "pause", args=())
     done = Collector()
     with Runner(sched, on_outcome=done):
         assert done.wait_for(12, timeout=10)
-    assert store.flushes == [(12, "cadence-runner, with a claim")]
+    assert store.flushes == [(n, "cadence-runner, with a claim") for n in (1, 11)]
 
 
 def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
@@ -849,7 +890,7 @@ def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
             seen.append(reported.wait(5))
 
     sched.register("wait_for_a", wait_for_a)
-    for name in ("a", "b"):
+    for name in ("first", "a", "b"):  # claims: "first" alone (see _paced), then a and b
         sched.schedule_once(name, 0, "wait_for_a", args=())
     done = Collector()
 
@@ -859,9 +900,9 @@ def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
         done(outcome)
 
     with Runner(sched, on_outcome=note):
-        assert done.wait_for(2, timeout=10)
+        assert done.wait_for(3, timeout=10)
     assert seen == [True]
-    assert store.flushes[0] == (1, "cadence-committer")
+    assert store.flushes[1] == (1, "cadence-committer")
     assert [sched.status(name) for name in "ab"] == [Status.DONE] * 2
 
 

@@ -83,7 +83,11 @@ class DurableScheduler(Scheduler):
     suffix); ``lease`` (seconds) is how long a claimed run is held without a
     heartbeat (renewed every ``lease / 3`` while a runner runs); ``poll``
     (seconds) is how often a runner looks for other processes' writes;
-    ``batch`` the most runs claimed at once; ``max_expiries`` the leases of
+    ``batch`` the most runs claimed at once (a runner without a pool claims
+    as many as it is expected to start within ``poll`` seconds, at the pace
+    of its previous claims, so claimed runs wait no longer than other nodes
+    would take to see them; one with a pool, as many as its workers can take
+    soon); ``max_expiries`` the leases of
     one run that may expire (crashed or stalled holders) before it fails
     with :class:`LeaseExpired`; ``group_commit`` has a runner's completions
     committed together: a batch's, by a dispatcher that runs its claims
@@ -122,6 +126,8 @@ class DurableScheduler(Scheduler):
         "_max_expiries",
         "_node",
         "_outage",
+        "_pace",
+        "_pace_from",
         "_poll",
         "_refused",
         "_reports",
@@ -139,7 +145,7 @@ class DurableScheduler(Scheduler):
         node: str | None = None,
         lease: Time | timedelta = 30.0,
         poll: Time | timedelta = 0.1,
-        batch: int = 16,
+        batch: int = 128,
         max_expiries: int = 3,
         group_commit: bool = True,
     ) -> None:
@@ -195,6 +201,8 @@ class DurableScheduler(Scheduler):
         self._reports: deque[tuple[Sequence[_Completion], Sequence[Any]]] = deque()
         self._committer: threading.Thread | None = None
         self._outage = False  # the store failed a runner's claim: retry after STORE_RETRY
+        self._pace = 1  # runs a runner without a pool claims next (see _paced)
+        self._pace_from: tuple[Time, int, int] | None = None
         store.open()
 
     def __repr__(self) -> str:
@@ -709,15 +717,15 @@ class DurableScheduler(Scheduler):
         having run out).
         """
         try:
-            return self._claim_next(now, self._batch if room is None else min(room, self._batch))
+            return self._claim_next(now, room)
         except Exception:
             if not self._outage:
                 logger.exception("the store cannot be reached; retrying every %gs", STORE_RETRY)
             self._outage = True
             return None
 
-    def _claim_next(self, now: Time, limit: int) -> Held | None:
-        now = self._store_time(now)
+    def _claim_next(self, now: Time, room: int | None) -> Held | None:
+        local, now = now, self._store_time(now)
         with self._hold:
             while self._buffer:
                 task = self._buffer.popleft()
@@ -730,15 +738,40 @@ class DurableScheduler(Scheduler):
         with self._committed:  # a dispatcher's lingering completions: committed with its claim
             lingering = self._completions and self._linger_until > -float("inf")
             batch = self._take() if lingering else []
-        if limit <= 0:  # the runner's pool is busy: only runs claimed already
+        if room is not None and room <= 0:  # the runner's pool is busy: only runs held
             if batch:
                 self._commit(batch)
             return None
+        limit = self._paced(local) if room is None else min(room, self._batch)
         claimed = self._claim_from_store(now, limit, batch)
+        if room is None:  # the claim the next pace is measured from
+            self._pace_from = (local, len(self._buffer) + (claimed is not None), limit)
         if self._outage:
             logger.warning("the store is reachable again")
             self._outage = False
         return claimed
+
+    def _paced(self, now: Time) -> int:
+        """How many runs a runner without a pool claims: as many as it is expected to
+        start within :attr:`poll` seconds (those runs wait no longer for it than other
+        nodes would take to see them), at most ``batch``.
+
+        The pace is measured from the previous claim, if it was full: the time since
+        it, over the runs it held (run meanwhile, one after another). The first
+        claim takes one run, then the size follows the pace: runs of 50 µs and a
+        0.1 s poll, a full ``batch``; runs of 1 s, one. O(1).
+        """
+        if self._pace_from is not None:
+            at, count, limit = self._pace_from
+            self._pace_from = None
+            if count >= limit:  # full: more may have been due all along
+                spent = now - at
+                self._pace = (
+                    self._batch
+                    if spent <= 0
+                    else max(1, min(self._batch, int(self._poll * count / spent)))
+                )
+        return self._pace
 
     def _claim_from_store(
         self, now: Time, limit: int, batch: Sequence[_Completion] = ()
