@@ -5,7 +5,9 @@ Run: ``python bench/durable.py`` (writes ``bench/results/durable.md`` and ``.jso
 * **Throughput**: drain N due runs (fixed-rate tasks due now, with a period so
   long that each runs once), each run's completion durable before the next
   claim's effect is visible. Measured for cadence (a ``Runner`` on a
-  ``DurableScheduler``, batch 32: one commit per claim of 32, then one per
+  ``DurableScheduler`` with its defaults: claims of up to 128 runs (a runner
+  without a pool claims what it starts within a poll, so here the full 128
+  after a first claim of one), one commit per claim, then one per
   completion, or group commit, the default: a batch's completions committed
   with the next claim, or, with a pool of 16 workers, on the scheduler's
   committer thread, those that queue during a commit sharing the next), for
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import inspect
 import json
 import os
 import platform
@@ -53,6 +56,8 @@ from cadence.store import Change, Edit, Known, OutcomeRow, SQLiteStore, TaskRow 
 N = int(os.environ.get("N", "5000"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 NOOP = "tests.durable.jobs:noop"  # the benchmark's action: nothing, so the store is measured
+BATCH: int = inspect.signature(DurableScheduler).parameters["batch"].default
+"""What a runner without a pool claims at once when runs are this fast (its default batch)."""
 FAR = 10**10  # a period after which nothing runs again within the benchmark (year 2286)
 
 
@@ -75,16 +80,16 @@ def cadence_drain(directory: str, sync: str, workers: int = 0, group: bool = Tru
     path = _fresh(directory, f"cadence-{sync}.db")
     _seed(SQLiteStore(path, synchronous="NORMAL"))
     store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
-    rate = _drain(DurableScheduler(store, batch=32, group_commit=group), workers)
+    rate = _drain(DurableScheduler(store, group_commit=group), workers)
     store.close()
     return rate
 
 
 def store_drain(directory: str, sync: str, group: bool = True) -> float:
     """Runs/s of the store alone: the transactions of a runner without a pool, the
-    completions decided once up front and nothing run. ``group``: claim 32 and commit
-    the previous batch's completions in one ``complete_and_claim``; else a claim per 32
-    and a ``modify_many`` (one commit) per completion. What the scheduler and runner
+    completions decided once up front and nothing run. ``group``: claim BATCH and commit
+    the previous batch's completions in one ``complete_and_claim``; else a claim per
+    BATCH and a ``modify_many`` (one commit) per completion. What the scheduler and runner
     add per run is the rest."""
     path = _fresh(directory, f"store-{sync}.db")
     _seed(SQLiteStore(path, synchronous="NORMAL"))
@@ -94,10 +99,10 @@ def store_drain(directory: str, sync: str, group: bool = True) -> float:
     start = time.perf_counter()
     while True:
         if group:
-            results, rows = store.complete_and_claim(edits, "bench", 1.0, 32, 30.0, known)
+            results, rows = store.complete_and_claim(edits, "bench", 1.0, BATCH, 30.0, known)
         else:
             results = [store.modify_many([edit])[0] for edit in edits]
-            rows = store.claim("bench", 1.0, 32, 30.0, known)
+            rows = store.claim("bench", 1.0, BATCH, 30.0, known)
         done += sum(result is not None for result in results)
         if not rows:
             break
@@ -116,10 +121,10 @@ def _completed(row: TaskRow) -> Edit:
     return Edit(row.task_id, lambda _: decided, row.fence, (row.version, decided))
 
 
-def _seed(store: Any) -> None:
-    """N tasks due now, each to run once (their next slot is centuries away)."""
+def _seed(store: Any, n: int = N) -> None:
+    """``n`` tasks due now, each to run once (their next slot is centuries away)."""
     setup = DurableScheduler(store, clock=lambda: 0.0)
-    for i in range(N):
+    for i in range(n):
         setup.schedule(f"t{i:07}", FixedRate(FAR, start=0), NOOP)
     store.close()
 
@@ -251,7 +256,7 @@ def cadence_pg_drain(group: bool, workers: int = 0) -> float:
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
     _seed(PostgresStore(PG, prefix=prefix))
     store = PostgresStore(PG, prefix=prefix)
-    rate = _drain(DurableScheduler(store, batch=32, group_commit=group), workers)
+    rate = _drain(DurableScheduler(store, group_commit=group), workers)
     store.close()
     import psycopg
 
@@ -266,7 +271,7 @@ _WORKER = """
 import sys, threading
 from cadence import DurableScheduler, Runner
 from cadence.store import PostgresStore
-sched = DurableScheduler(PostgresStore(sys.argv[1], prefix=sys.argv[2]), batch=32)
+sched = DurableScheduler(PostgresStore(sys.argv[1], prefix=sys.argv[2]))
 print("ready", flush=True)
 sys.stdin.readline()  # go
 runner = Runner(sched)
@@ -277,7 +282,9 @@ runner.stop()
 
 
 def cadence_pg_processes(processes: int = 4) -> float:
-    """Runs/s of ``processes`` runner processes sharing one PostgreSQL schedule."""
+    """Runs/s of ``processes`` runner processes sharing one PostgreSQL schedule, draining
+    N runs each (as many as one process drains in the other rows: the start-up of the
+    runners, about 0.1 s for four, weighs as much as it does there)."""
     import uuid
 
     import psycopg
@@ -286,7 +293,8 @@ def cadence_pg_processes(processes: int = 4) -> float:
 
     assert PG is not None
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
-    _seed(PostgresStore(PG, prefix=prefix))
+    total = processes * N
+    _seed(PostgresStore(PG, prefix=prefix), total)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}
     procs = [
         subprocess.Popen([sys.executable, "-c", _WORKER, PG, prefix], stdin=subprocess.PIPE,
@@ -303,7 +311,7 @@ def cadence_pg_processes(processes: int = 4) -> float:
             proc.stdin.write("\n")
             proc.stdin.flush()
         count = 0
-        while count < N:
+        while count < total:
             time.sleep(0.01)
             found = c.execute(f"SELECT count(*) FROM {prefix}outcomes").fetchone()
             count = 0 if found is None else found[0]
@@ -313,7 +321,7 @@ def cadence_pg_processes(processes: int = 4) -> float:
         for table in ("tasks", "outcomes", "meta"):
             c.execute(f"DROP TABLE {prefix}{table}")
         c.execute(f"DROP SEQUENCE {prefix}seq")
-    return N / elapsed
+    return total / elapsed
 
 
 PEER_N = min(N, int(os.environ.get("PEER_N", "1000")))
@@ -645,7 +653,8 @@ def write(results: dict[str, Any]) -> None:
         lines += [
             "",
             "PostgreSQL: a server on loopback started by `tests/postgres_server.py --durable` "
-            "(fsync on, default settings otherwise); one process unless the row says otherwise. "
+            "(fsync on, default settings otherwise); one process unless the row says otherwise "
+            f"(four processes drain {4 * results['N']:,} runs, as many each as one does). "
             f"The peers drain {results.get('peer_N', N):,} runs each (`bench/peer_drains/`: "
             "APScheduler 4.0.0a6's date schedules due now, procrastinate's deferred jobs), "
             "with their documented multi-worker setups; each PostgreSQL row's peer ratios "
