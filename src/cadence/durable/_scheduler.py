@@ -709,7 +709,9 @@ class DurableScheduler(Scheduler):
     def _claim(self, now: Time, *, queued: bool = False, room: int | None = None) -> Held | None:
         """The next run for a runner: from this node's claimed batch, else a new claim
         of up to ``batch`` runs, and no more than ``room`` (what the runner's pool,
-        if it has one, can start soon: the other due runs are left to other nodes).
+        if it has one, can start soon) or, without a pool, than it is expected to
+        start within ``poll`` (:meth:`_paced`): the other due runs are left to
+        other nodes.
 
         If the store cannot be reached, the error is logged and nothing is
         claimed; :meth:`next_run_time` then has the runner try again after
