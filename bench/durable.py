@@ -19,7 +19,9 @@ Run: ``python bench/durable.py`` (writes ``bench/results/durable.md`` and ``.jso
   one SQLite file in WAL mode, ``synchronous=FULL`` and
   ``NORMAL``; on PostgreSQL beside its floor, APScheduler 4 (pre-release,
   ``SQLAlchemyDataStore``, in a virtualenv of its own) and procrastinate
-  (``bench/peer_drains/``), one process and four.
+  (``bench/peer_drains/``), one process and four. Each of cadence's drains
+  ends by checking its outcomes: every task completed once, none lost, none
+  completed twice.
 * **Failover**: two worker processes, a lease of 1 s; the one running a task
   is SIGKILLed mid-run; time until the other starts that run.
 * **Start-up**: 10^6 stored tasks; time from opening the store to the first
@@ -82,6 +84,8 @@ def cadence_drain(directory: str, sync: str, workers: int = 0, group: bool = Tru
     store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
     rate = _drain(DurableScheduler(store, group_commit=group), workers)
     store.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        _each_once(db.execute("SELECT count(*), count(DISTINCT task_id) FROM cadence_outcomes"))
     return rate
 
 
@@ -119,6 +123,12 @@ def _completed(row: TaskRow) -> Edit:
     outcome = OutcomeRow(row.task_id, row.due, 0, row.fence, row.due, "ok", None, 1.0, 1.0)
     decided = Change(None, row=new, outcome=outcome, requeued=True)
     return Edit(row.task_id, lambda _: decided, row.fence, (row.version, decided))
+
+
+def _each_once(counted: Any, n: int = N) -> None:
+    """Check a drain's outcomes, counted as ``(outcomes, distinct tasks)``: each of the
+    ``n`` tasks completed once (no run lost, no completion twice)."""
+    assert tuple(counted.fetchone()) == (n, n), f"expected {n} tasks each completed once"
 
 
 def _seed(store: Any, n: int = N) -> None:
@@ -261,6 +271,7 @@ def cadence_pg_drain(group: bool, workers: int = 0) -> float:
     import psycopg
 
     with psycopg.connect(PG, autocommit=True) as c:
+        _each_once(c.execute(f"SELECT count(*), count(DISTINCT task_id) FROM {prefix}outcomes"))
         for table in ("tasks", "outcomes", "meta"):
             c.execute(f"DROP TABLE {prefix}{table}")
         c.execute(f"DROP SEQUENCE {prefix}seq")
@@ -318,6 +329,9 @@ def cadence_pg_processes(processes: int = 4) -> float:
         elapsed = time.perf_counter() - start
         for proc in procs:
             proc.communicate("\n", timeout=60)
+        _each_once(
+            c.execute(f"SELECT count(*), count(DISTINCT task_id) FROM {prefix}outcomes"), total
+        )
         for table in ("tasks", "outcomes", "meta"):
             c.execute(f"DROP TABLE {prefix}{table}")
         c.execute(f"DROP SEQUENCE {prefix}seq")
