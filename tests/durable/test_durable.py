@@ -771,11 +771,11 @@ class FlushNotingStore(SQLiteStore):
         return super().complete_and_claim(edits, *claim)
 
 
-def _run_durably(sched: DurableScheduler, n: int) -> None:
-    """Schedule ``n`` runs due now and run them with a Runner: each outcome must be in
-    the store by the time it is reported."""
+def _run_durably(sched: DurableScheduler, n: int, action: str = NOOP) -> list[Any]:
+    """Schedule ``n`` runs of ``action`` due now and run them with a Runner: each
+    outcome must be in the store by the time it is reported. Returns the outcomes."""
     for i in range(n):
-        sched.schedule_once(f"t{i:02}", 0, NOOP)
+        sched.schedule_once(f"t{i:02}", 0, action)
     durable: list[bool] = []
     done = Collector()
 
@@ -786,6 +786,7 @@ def _run_durably(sched: DurableScheduler, n: int) -> None:
     with Runner(sched, on_outcome=check):
         assert done.wait_for(n, timeout=10)
     assert durable == [True] * n
+    return done.outcomes
 
 
 @pytest.mark.parametrize("group", [True, False])
@@ -847,14 +848,10 @@ def test_a_runner_without_a_pool_leaves_slow_runs_to_other_nodes(tmp_path: Path)
     claimable by other nodes rather than wait in this node's batch."""
     store = ClaimNotingStore(tmp_path / "slow.db")
     sched = DurableScheduler(store, batch=8, poll=0.05)
-    sched.register("slow", lambda: time.sleep(0.05))
-    for i in range(4):
-        sched.schedule_once(f"t{i}", 0, "slow", args=())
-    done = Collector()
-    with Runner(sched, on_outcome=done):
-        assert done.wait_for(4, timeout=10)
+    sched.register("slow", lambda _at: time.sleep(0.05))
+    outcomes = _run_durably(sched, 4, "slow")
     assert store.limits[:4] == [1, 1, 1, 1]
-    assert [outcome.error for outcome in done.outcomes] == [None] * 4
+    assert [outcome.error for outcome in outcomes] == [None] * 4
 
 
 def test_completions_keep_waiting_for_the_dispatcher_while_it_keeps_finishing_runs(
@@ -865,12 +862,8 @@ def test_completions_keep_waiting_for_the_dispatcher_while_it_keeps_finishing_ru
     monkeypatch.setattr(durable_scheduler, "LINGER", 0.2)
     store = FlushNotingStore(tmp_path / "s.db")
     sched = DurableScheduler(store, batch=12, poll=10)  # claims of 1, then 11
-    sched.register("pause", lambda: time.sleep(0.02))
-    for i in range(12):
-        sched.schedule_once(f"t{i:02}", 0, "pause", args=())
-    done = Collector()
-    with Runner(sched, on_outcome=done):
-        assert done.wait_for(12, timeout=10)
+    sched.register("pause", lambda _at: time.sleep(0.02))
+    _run_durably(sched, 12, "pause")
     assert store.flushes == [(n, "cadence-runner, with a claim") for n in (1, 11)]
 
 
