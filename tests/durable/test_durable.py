@@ -854,6 +854,25 @@ def test_a_runner_without_a_pool_leaves_slow_runs_to_other_nodes(tmp_path: Path)
     assert [outcome.error for outcome in outcomes] == [None] * 4
 
 
+def test_two_nodes_share_slow_runs_due_at_once(tmp_path: Path) -> None:
+    """Eight runs of 0.1 s due at once, two nodes: each claims one run at a time, so
+    both run some (a node claiming its whole batch would run all eight in turn while
+    the other idled)."""
+    path = tmp_path / "shared.db"
+    nodes = [DurableScheduler(SQLiteStore(path), node=name, poll=0.05) for name in "ab"]
+    for sched in nodes:
+        sched.register("slow", lambda _at: time.sleep(0.1))
+    for i in range(8):
+        nodes[0].schedule_once(f"t{i}", 0, "slow")
+    done = Collector()
+    with Runner(nodes[0], on_outcome=done), Runner(nodes[1], on_outcome=done):
+        assert done.wait_for(8, timeout=10)
+    owners = [o.owner for i in range(8) for o in nodes[0].history(f"t{i}")]
+    assert len(owners) == 8  # each run completed once
+    assert owners.count("a") >= 2, owners
+    assert owners.count("b") >= 2, owners
+
+
 def test_completions_keep_waiting_for_the_dispatcher_while_it_keeps_finishing_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
