@@ -223,6 +223,25 @@ def test_a_timeout_kills_the_whole_process_group(cli: Cli) -> None:
     assert proc.wait(30) == 0
 
 
+def test_a_descendant_that_leaves_the_group_holds_no_run_or_shutdown(cli: Cli) -> None:
+    """``setsid`` takes a child out of the command's process group, with the output pipe:
+    the run still ends (its command exited), and so does ``cadence run`` on SIGTERM."""
+    marker = f"4{time.time_ns() % 10**6:06d}"
+    cli.write('[[jobs]]\nid = "escape"\nat = "2020-01-01T00:00:00+00:00"\ntimeout = "2s"\n'
+              f'command = "setsid sleep {marker} & echo started"\n')  # fmt: skip
+    try:
+        began = time.monotonic()
+        proc = cli.start()
+        cli.wait(lambda: cli("history", "escape").stdout.strip() != "")
+        assert time.monotonic() - began < 15  # was 40 s and more: the pipe's EOF
+        [run] = cli.json("history", "escape")
+        assert run["result"] == "ok", run
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        subprocess.run(["pkill", "-f", f"sleep {marker}"], check=False)
+
+
 def test_call_jobs_and_failures_with_output_in_history(cli: Cli) -> None:
     cli.write('[defaults]\nmax_retries = 1\nretry = { base = "0.1s" }\n'
               '[[jobs]]\nid = "c"\nat = "2020-01-01T00:00:00+00:00"\ncall = "json:dumps"\n'

@@ -10,18 +10,27 @@ shutdown); the tail of the output is kept with the outcome.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import select
 import signal
 import subprocess
 import threading
+import time
 
 from cadence._calls import RunContext
 
 TAIL = 2000
 """Characters of a command's combined stdout/stderr kept with its outcome."""
 
+DRAIN = 2.0
+"""Seconds a run waits, after its command exited, for the command's output to close
+(held open by a descendant that left the process group) before it ends anyway."""
+
 KILL_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL of a command's process group."""
+
+log = logging.getLogger("cadence.cli")
 
 _running: set[subprocess.Popen[bytes]] = set()
 _lock = threading.Lock()
@@ -33,6 +42,13 @@ class CommandError(Exception):
 
 def run_command(command: str | list[str], timeout: float | None, *, run: RunContext) -> str:
     """Run ``command`` (argv list, or a string for the shell) for one run; return its tail.
+
+    The output is read as it comes and only its last :data:`TAIL` characters are
+    kept, so memory stays flat whatever the command prints. The run ends when the
+    command exits (or is killed at ``timeout``) and its output is closed, or
+    :data:`DRAIN` seconds after that exit if a descendant that left the process
+    group (``setsid``, a daemon) still holds the output open: nothing a command's
+    descendants do can keep a run, or the node's shutdown, waiting.
 
     Raises :class:`CommandError`, with the output's tail, when it fails.
     """
@@ -55,31 +71,82 @@ def run_command(command: str | list[str], timeout: float | None, *, run: RunCont
     with _lock:
         _running.add(proc)
     try:
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, _ = proc.communicate()
-            raise CommandError(
-                f"timed out after {timeout:g}s (process group killed); output:\n{_tail(out)}"
-            ) from None
+        timed_out = _collect(proc, timeout, tail := _Tail(), run.task_id)
     finally:
         with _lock:
             _running.discard(proc)
-    tail = _tail(out)
+    text = tail.text()
+    if timed_out:
+        raise CommandError(f"timed out after {timeout:g}s (process group killed); output:\n{text}")
     if proc.returncode != 0:
         how = (
             f"killed by signal {-proc.returncode}"
             if proc.returncode < 0
             else f"exit status {proc.returncode}"
         )
-        raise CommandError(f"{how}; output:\n{tail}")
-    return tail
+        raise CommandError(f"{how}; output:\n{text}")
+    return text
 
 
-def _tail(out: bytes | None) -> str:
-    text = (out or b"").decode(errors="replace")
-    return text if len(text) <= TAIL else "..." + text[-TAIL:]
+class _Tail:
+    """The last :data:`TAIL` characters' worth of a command's output (bytes kept: at
+    most 4 x TAIL, UTF-8's widest), appended to in chunks. O(chunk) per append."""
+
+    def __init__(self) -> None:
+        self._kept = bytearray()
+        self._cut = False
+
+    def add(self, chunk: bytes) -> None:
+        self._kept += chunk
+        if len(self._kept) > 4 * TAIL:
+            del self._kept[: len(self._kept) - 4 * TAIL]
+            self._cut = True
+
+    def text(self) -> str:
+        text = self._kept.decode(errors="replace")
+        if self._cut or len(text) > TAIL:
+            return "..." + text[-TAIL:]
+        return text
+
+
+def _collect(
+    proc: subprocess.Popen[bytes], timeout: float | None, tail: _Tail, job: object
+) -> bool:
+    """Read ``proc``'s output into ``tail`` until it exits and the output closes (at
+    most :data:`DRAIN` seconds after the exit); kill its group at ``timeout``.
+    Whether it timed out. Polls every 0.1 s at most; never blocks longer."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    ended: float | None = None  # when the command itself exited
+    timed_out = False
+    try:
+        while True:
+            now = time.monotonic()
+            if ended is None and proc.poll() is not None:
+                ended = now
+            if ended is None and deadline is not None and now >= deadline:
+                _kill_group(proc)
+                proc.wait()
+                ended, timed_out = time.monotonic(), True
+            if ended is not None and now - ended >= DRAIN:
+                log.warning(
+                    "job %r: a process it started left its process group and still holds "
+                    "its output open; no longer read (that process is left running)",
+                    job,
+                )
+                return timed_out
+            if poller.poll(100):
+                chunk = os.read(fd, 65536)
+                if not chunk:  # every writer closed it
+                    proc.wait()
+                    return timed_out
+                tail.add(chunk)
+    finally:
+        proc.stdout.close()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
