@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,30 @@ def test_a_stopped_process_writes_nothing_when_it_wakes(cluster: Cluster) -> Non
     assert outcome.owner is not None
     assert str(taker.pid) in outcome.owner
     assert sum(cluster.starts().values()) == 2
+
+
+def test_a_write_lock_held_past_the_lease_takes_no_run_from_a_healthy_node(
+    cluster: Cluster,
+) -> None:
+    """Another process holds SQLite's write lock for 2.5 leases (a long write, a VACUUM,
+    a sqlite3 shell) while a node runs a 4 s action: its heartbeat waits for the lock,
+    then writes a lease that runs from then; the other node waiting beside it starts
+    nothing (the run started twice when the lease ran from before the wait)."""
+    cluster.sched.schedule_once("long", 0, EFFECT, args=[])
+    cluster.spawn(LEASE="1", EFFECT_SLEEP="4")
+    wait_until(cluster.starts, timeout=10)
+    cluster.spawn(LEASE="1")
+    time.sleep(0.5)  # the second node is up, claiming every poll
+    lock = sqlite3.connect(cluster.target, isolation_level=None)
+    try:
+        lock.execute("BEGIN IMMEDIATE")
+        time.sleep(2.5)
+        lock.execute("ROLLBACK")
+    finally:
+        lock.close()
+    wait_until(lambda: cluster.done(["long"]), timeout=20)
+    assert sum(cluster.starts().values()) == 1, cluster.starts()
+    cluster.check(["long"])
 
 
 def test_restart_after_ten_periods_of_downtime_applies_misfire_once(cluster: Cluster) -> None:

@@ -52,6 +52,10 @@ SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 30.0
 """Seconds a connection waits for the write lock before SQLite reports it busy."""
 
+STALL = 0.05
+"""Seconds of waiting for the write lock that make a stall: leases written after it
+run from its end (see :meth:`SQLiteStore._until`)."""
+
 LOCKED_RETRY = 120.0
 """Seconds a write keeps retrying past the busy timeout before the error propagates."""
 
@@ -173,9 +177,14 @@ class SQLiteStore(StoreBase):
         """One ``BEGIN IMMEDIATE`` transaction, committed, or rolled back on error;
         one at a time in this process."""
         db = self._db()
+        asked = time.monotonic()
         with self._writer:
-            deadline = time.monotonic() + LOCKED_RETRY
+            deadline = asked + LOCKED_RETRY
             _while_busy(db, "BEGIN IMMEDIATE", deadline)
+            # The callers' `now` was read before the wait for the write lock (another
+            # process's long write, a VACUUM, a sqlite3 shell): a lease written in this
+            # transaction runs from now, not from then (see _until)
+            self._local.waited = time.monotonic() - asked
             try:
                 yield db
                 _while_busy(db, "COMMIT", deadline)
@@ -183,6 +192,31 @@ class SQLiteStore(StoreBase):
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+
+    def _until(self, db: sqlite3.Connection, now: Time, lease: Time) -> Time:
+        """The end of a lease written in this thread's write transaction (``db``'s):
+        ``lease`` after ``now``, plus the time the transaction waited for the write
+        lock if that was a stall (:data:`STALL` or more; shorter waits are left out,
+        so leases on a test's manual clock stay exact).
+
+        A stall (a long write elsewhere, a ``VACUUM``, a ``sqlite3`` shell) is nobody's
+        fault, but no heartbeat could renew a lease during it: so every lease live
+        within one ``lease`` before this wait began (the stall may have begun before
+        it: this node may have waited only from a lease's expiry, its wake-up time) is
+        given a full lease from its end too (one UPDATE of the runs in flight, after a
+        stall only). Otherwise a node that got the lock before the holder's waiting
+        heartbeat would take over a healthy run. The cost: after a stall, a dead
+        holder's run is taken over up to a stall and a lease later."""
+        waited: float = self._local.waited
+        if waited < STALL:
+            return now + lease
+        until = now + lease + waited
+        db.execute(
+            f"UPDATE {self._p}tasks SET lease_until = max(lease_until, ?) WHERE owner IS NOT "
+            "NULL AND status IN ('queued', 'running') AND lease_until >= ?",
+            (until, now - lease),
+        )
+        return until
 
     def open(self) -> None:
         """Create the schema, or migrate an older one forward, in one transaction.
@@ -321,7 +355,7 @@ class SQLiteStore(StoreBase):
         due ones and expired ones, as read."""
         p = self._p
         where, params = _known(known)
-        until = now + lease
+        until = self._until(db, now, lease)
         due = db.execute(
             f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
             f"fence = fence + 1 WHERE task_id IN (SELECT task_id FROM {p}tasks "
@@ -353,13 +387,14 @@ class SQLiteStore(StoreBase):
         ids = list(held)
         owned: dict[str, tuple[int, str]] = {}
         with self._write() as db:
+            until = self._until(db, now, lease)
             for start in range(0, len(ids), CHUNK):
                 chunk = ids[start : start + CHUNK]
                 found = db.execute(
                     f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN ('queued', "
                     "'running') THEN ? ELSE lease_until END WHERE owner = ? AND task_id IN "
                     f"({','.join('?' * len(chunk))}) RETURNING task_id, fence, status",
-                    (now + lease, node, *chunk),
+                    (until, node, *chunk),
                 ).fetchall()
                 owned.update((task_id, (fence, status)) for task_id, fence, status in found)
         return owned
