@@ -465,6 +465,52 @@ def test_a_stale_holder_writes_nothing(store: Store) -> None:
     assert b.status("x") is Status.DONE
 
 
+class RefusingCompletions:
+    """A store (any) that refuses every completion (a fenced write) while ``refusing``:
+    a read-only file, revoked privileges, a failing disk; claims still work."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.refusing, self.refused = store, False, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def _check(self, edits: Any) -> None:
+        if self.refusing and any(edit.fence is not None for edit in edits):
+            self.refused += 1
+            raise StoreError("attempt to write a readonly database")
+
+    def modify_many(self, edits: Any) -> Any:
+        self._check(edits)
+        return self.store.modify_many(edits)
+
+    def complete_and_claim(self, edits: Any, *args: Any) -> Any:
+        self._check(edits)
+        return self.store.complete_and_claim(edits, *args)
+
+
+def test_a_lone_node_runs_again_a_run_whose_completion_it_could_not_record(
+    store: Store,
+) -> None:
+    """One node, its store refusing writes for a moment: the completion it could not
+    record leaves the run leased to it; once the lease expires, the same node runs it
+    again (same key) and records it. It stayed `running` for good before."""
+    faulty = RefusingCompletions(store)
+    s = DurableScheduler(faulty, lease=0.5, poll=0.05)  # type: ignore[arg-type]
+    keys: list[str] = []
+    s.register("job", lambda *, run: keys.append(run.key))
+    s.schedule_once("x", 0, "job", args=[])
+    faulty.refusing = True
+    with Runner(s):
+        wait_until(lambda: faulty.refused > 0, timeout=10)
+        faulty.refusing = False
+        wait_until(lambda: s.status("x") is Status.DONE, timeout=10)
+    assert len(keys) == 2
+    assert keys[0] == keys[1]
+    [outcome] = s.history("x")
+    assert outcome.result == "ok"
+
+
 def test_a_run_claimed_by_a_lost_answer_is_not_kept_by_the_heartbeat(store: Store) -> None:
     """A claim committed whose answer never reached the node (a dropped connection):
     the node's heartbeats renew only the runs it knows it holds, so that row's lease

@@ -632,9 +632,9 @@ class DurableScheduler(Scheduler):
     def next_run_time(self, task_id: Hashable = _UNSET) -> Time | None:
         """As :meth:`cadence.Scheduler.next_run_time`, over the store.
 
-        Without ``task_id`` it also counts when another node's lease expires
-        (its run may then be taken over): the time a runner must wake up by.
-        One indexed read.
+        Without ``task_id`` it also counts when a lease expires, this node's own
+        included (a run whose completion it could not record is run again then):
+        the time a runner must wake up by. One indexed read.
         """
         if task_id is _UNSET:
             if not self._users:

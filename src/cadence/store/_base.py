@@ -460,7 +460,9 @@ class Store(Protocol):
 
     def next_due(self, node: str, known: Known) -> Time | None:
         """The earliest time something may become claimable for ``node``: the
-        earliest due run, or the earliest expiry of another node's lease."""
+        earliest due run, or the earliest expiry of a lease, ``node``'s own included
+        (a run whose completion it could not record is left leased to it, and a lone
+        node must wake to run it again). ``node`` is kept for stores that need it."""
         ...
 
     def get(self, task_id: str) -> TaskRow | None:

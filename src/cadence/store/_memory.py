@@ -155,7 +155,7 @@ class MemoryStore(StoreBase):
             times += [
                 r.lease_until
                 for r in self._rows.values()
-                if r.status in LEASED and r.owner != node and r.lease_until is not None
+                if r.status in LEASED and r.lease_until is not None
                 and known.claims(r)
             ]  # fmt: skip
             return min(times, default=None)

@@ -504,9 +504,9 @@ class PostgresStore(StoreBase):
                 params,
             ).fetchone()
             lease = db.execute(
-                f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL AND owner != %s "
+                f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL "
                 f"AND status IN ('queued', 'running') AND {where} ORDER BY lease_until LIMIT 1",
-                (node, *params),
+                params,
             ).fetchone()
             times = [_time(found[0]) for found in (due, lease) if found is not None]
             return min(times, default=None)
