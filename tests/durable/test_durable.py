@@ -496,7 +496,7 @@ def test_a_lone_node_runs_again_a_run_whose_completion_it_could_not_record(
     record leaves the run leased to it; once the lease expires, the same node runs it
     again (same key) and records it. It stayed `running` for good before."""
     faulty = RefusingCompletions(store)
-    s = DurableScheduler(faulty, lease=0.5, poll=0.05)  # type: ignore[arg-type]
+    s = DurableScheduler(faulty, lease=0.5, poll=0.05)
     keys: list[str] = []
     s.register("job", lambda *, run: keys.append(run.key))
     s.schedule_once("x", 0, "job", args=[])

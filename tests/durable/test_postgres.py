@@ -207,3 +207,85 @@ def test_a_node_cut_off_for_longer_than_its_lease_writes_nothing(
                 (role,),
             )
             db.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _frozen(proc: subprocess.Popen[bytes]) -> bool:
+    with open(f"/proc/{proc.pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_node_frozen_inside_a_transaction_stalls_nobody(nodes: Cluster) -> None:
+    """A node SIGSTOPped inside the transaction that claimed rows (their locks held):
+    the server ends its transaction after ``statement_timeout``, so the other node runs every
+    task, the frozen node's included, within the lease plus that timeout; a control
+    command on a locked row answers within ``lock_timeout``. Before, the rows stayed
+    locked (not taken over, not controllable) until the node woke."""
+    from cadence.store import PostgresStore, StoreError
+
+    ids = [f"r{i}" for i in range(10)]
+    for task_id in ids:
+        nodes.sched.schedule_at_fixed_rate(task_id, 0, 0.2, "tests.durable.jobs:noop")
+    env = {"LEASE": "1", "PG_TIMEOUT": "0.5"}
+    frozen = nodes.spawn(FREEZE="1", **env)
+    wait_until(lambda: _frozen(frozen), timeout=20)
+    began = time.time()
+    nodes.spawn(**env)
+    control = DurableScheduler(
+        PostgresStore(nodes.env["CADENCE_PG_DSN"], prefix=nodes.target[3:], lock_timeout=0.5)
+    )
+    start = time.monotonic()
+    refused = None
+    try:
+        control.pause("r0")
+        control.resume("r0")
+    except StoreError as exc:  # locked still: a clear answer, fast
+        refused = str(exc)
+    finally:
+        control.store.close()
+    assert time.monotonic() - start < 5
+    assert refused is None or "locked" in refused
+    time.sleep(5)  # frozen for five leases
+    window = {
+        task_id: sorted(o.finished for o in nodes.sched.history(task_id, 500)
+                        if o.finished > began + 3)
+        for task_id in ids
+    }  # fmt: skip
+    frozen.send_signal(signal.SIGCONT)
+    # every task ran in the last 2 s of the freeze: none is held by the frozen node
+    assert all(times and times[-1] > began + 4 for times in window.values()), window
+    nodes.stop_all()
+    assert all(count == 1 for count in nodes.completions().values())
+
+
+def test_statements_the_server_cancels_leak_no_connection_and_answer_fast(
+    pg_dsn: str, pg_prefix: str
+) -> None:
+    """A row locked by another session (a frozen node, a DBA's transaction): a control
+    command fails within ``lock_timeout`` with a message saying so, and its healthy
+    connection is kept. Before, each cancelled statement dropped its connection
+    unclosed and retried: backends piled up (4 to 48) and stayed, and the command
+    waited through every retry."""
+    import psycopg
+
+    from cadence.store import PostgresStore, StoreError
+
+    app = f"cadence-{pg_prefix}"
+    store = PostgresStore(f"{pg_dsn} application_name={app}", prefix=pg_prefix,
+                          lock_timeout=0.1)  # fmt: skip
+    sched = DurableScheduler(store)
+    sched.schedule_once("x", 3600, "tests.durable.jobs:noop")
+    with psycopg.connect(pg_dsn, autocommit=True) as watcher, psycopg.connect(pg_dsn) as locker:
+        locker.execute(f"SELECT 1 FROM {pg_prefix}tasks WHERE task_id = 'x' FOR UPDATE")
+        for _ in range(10):
+            start = time.monotonic()
+            with pytest.raises(StoreError, match="locked by another session"):
+                sched.pause("x")
+            assert time.monotonic() - start < 2
+        backends = watcher.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+        ).fetchone()
+        locker.rollback()
+        assert backends is not None
+        assert backends[0] <= 2, backends
+        assert sched.pause("x")  # the same connection, healthy
+    store.close()

@@ -5,7 +5,8 @@ $RUN_FOR seconds); DB is a SQLite file, or ``pg:PREFIX`` for the tables with
 that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
 (seconds) sets the node's clock that far off. $ACTIONS registers names
 (``name=module:function,...``), as a deployed version of an application
-would. $LEASE sets the lease (seconds); $KILL_AT makes the
+would. $LEASE sets the lease (seconds); on PostgreSQL, $FREEZE and $PG_TIMEOUT
+freeze the node inside a transaction (see ``_postgres``); $KILL_AT makes the
 process SIGKILL itself at one step of its first run: ``claimed`` (just after
 the claim committed), ``completing`` (after the action, before the
 completion's transaction) or ``committing`` (inside that transaction, before
@@ -72,13 +73,37 @@ class KillingStore(SQLiteStore):
         return [Edit(e.task_id, dying(e.change), e.fence) for e in edits]
 
 
+def _postgres(prefix: str) -> Any:
+    """A PostgresStore on $CADENCE_PG_DSN; $PG_TIMEOUT sets its ``idle_timeout`` and
+    ``statement_timeout``;
+    $FREEZE=1 makes the process SIGSTOP itself inside the first transaction that
+    claimed rows (its row locks held: a frozen VM, a debugger, a long GC pause)."""
+    from cadence.store import PostgresStore
+
+    class FreezingStore(PostgresStore):
+        frozen = False
+
+        def _claim_in(self, db: Any, *args: Any) -> list[TaskRow]:
+            rows = super()._claim_in(db, *args)
+            in_transaction = db.info.transaction_status != 0  # not IDLE
+            if rows and in_transaction and os.environ.get("FREEZE") and not self.frozen:
+                # (after the claim's statements and their sync, before the commit)
+                self.frozen = True
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return rows
+
+    bound = float(os.environ.get("PG_TIMEOUT", "10"))
+    return FreezingStore(
+        os.environ["CADENCE_PG_DSN"], prefix=prefix, idle_timeout=bound,
+        statement_timeout=bound,
+    )  # fmt: skip
+
+
 def main() -> None:
     target = sys.argv[1]
     store: Any
     if target.startswith("pg:"):  # PostgreSQL ($CADENCE_PG_DSN), tables with this prefix
-        from cadence.store import PostgresStore
-
-        store = PostgresStore(os.environ["CADENCE_PG_DSN"], prefix=target[3:])
+        store = _postgres(target[3:])
     else:
         store = KillingStore(target, os.environ.get("KILL_AT", ""))
     offset = float(os.environ.get("CLOCK_OFFSET", "0"))  # a node whose clock is off

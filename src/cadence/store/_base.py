@@ -20,6 +20,7 @@ matches, so a holder that lost its lease (crash, pause) writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import threading
@@ -364,6 +365,21 @@ class StoreBase(ABC):
         for connection in opened:
             connection.close()
         self._local = threading.local()
+
+    def _drop(self, connection: Any) -> None:
+        """Forget and close a broken ``connection`` of the calling thread (a lost link,
+        a session the server ended): the thread's next use opens a new one. Dropping
+        one without closing it would keep its socket, and its server backend, open
+        for as long as the store lives. O(connections)."""
+        if getattr(self._local, "db", None) is connection:
+            self._local.db = None
+        mine = getattr(self._local, "mine", None)
+        if mine is not None and connection in mine:
+            mine.remove(connection)
+        with self._all_lock:
+            self._all = [c for c in self._all if c is not connection]
+        with contextlib.suppress(Exception):  # broken already: closing it only tidies
+            connection.close()
 
     def release(self) -> None:
         """Close the connections the calling thread opened. O(connections)."""

@@ -45,6 +45,7 @@ from ._base import (
     Known,
     OutcomeRow,
     StoreBase,
+    StoreError,
     TaskRow,
     ahead,
     claimed_rows,
@@ -60,6 +61,20 @@ T = TypeVar("T")
 SCHEMA_VERSION = 1
 RETRIES = 5
 """Attempts of one transaction that hit a unique violation or a lost connection."""
+LOCK_TIMEOUT = 5.0
+"""Seconds a statement of cadence's waits for a row lock (``lock_timeout``)."""
+STATEMENT_TIMEOUT = 10.0
+"""Seconds a statement of cadence's may run (``statement_timeout``). In a pipeline (a
+group commit with its claim) it spans every statement up to the pipeline's sync, so
+it also bounds how long a node frozen mid-pipeline keeps its rows locked: below the
+default lease (30 s)."""
+IDLE_TIMEOUT = 10.0
+"""Seconds the server lets a cadence session sit idle inside a transaction (a frozen
+node) before it ends it (``idle_in_transaction_session_timeout``): below the default
+lease (30 s)."""
+CANCELLED = (errors.QueryCanceled, errors.LockNotAvailable)
+"""Statements the server cancelled: their transaction is rolled back, their
+connection healthy."""
 SOON = 1.0
 """A write whose new due time is within this many seconds notifies the other nodes."""
 
@@ -129,16 +144,54 @@ class PostgresStore(StoreBase):
     or ``"caller"`` (the scheduler's own clock: for tests with a
     :class:`~cadence.ManualClock`).
 
+    Every wait is bounded, on cadence's own sessions (``None`` leaves the
+    server's setting): ``lock_timeout`` (seconds a statement waits for a row
+    another session locked: a control command on a row a frozen node holds
+    fails fast, with :class:`StoreError`, instead of hanging),
+    ``statement_timeout`` (seconds a statement may run; in a pipeline, every
+    statement up to its sync) and ``idle_timeout``
+    (``idle_in_transaction_session_timeout``): between them, the server ends the
+    transaction of a node frozen inside one (a stopped VM, a debugger, a long GC
+    pause) after that long, releasing the rows it locked. Keep both below the
+    lease, so that a frozen node's runs are taken over within the lease plus
+    that timeout. A statement the server cancelled leaves its connection in
+    use; a broken one is closed.
+
     Thread-safe: each thread gets its own connection, reopened (with
     backoff) when lost. Costs: one transaction per write, one round trip
     per statement; claims read only the earliest due rows, through an index.
     """
 
     def __init__(
-        self, conninfo: str, *, prefix: str = "cadence_", clock: str = "database"
+        self,
+        conninfo: str,
+        *,
+        prefix: str = "cadence_",
+        clock: str = "database",
+        lock_timeout: float | None = LOCK_TIMEOUT,
+        statement_timeout: float | None = STATEMENT_TIMEOUT,
+        idle_timeout: float | None = IDLE_TIMEOUT,
     ) -> None:
         if not isinstance(conninfo, str):
             raise TypeError(f"conninfo must be a str, got {conninfo!r}")
+        settings = {
+            "lock_timeout": lock_timeout,
+            "statement_timeout": statement_timeout,
+            "idle_in_transaction_session_timeout": idle_timeout,
+        }
+        for name, value in (("lock_timeout", lock_timeout),
+                            ("statement_timeout", statement_timeout),
+                            ("idle_timeout", idle_timeout)):  # fmt: skip
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+            ):
+                raise ValueError(f"{name} must be a positive number of seconds or None, "
+                                 f"got {value!r}")  # fmt: skip
+        self._settings = "".join(
+            f"SET {name} = {max(1, round(value * 1000))}; "
+            for name, value in settings.items()
+            if value is not None
+        )
         if not isinstance(prefix, str) or not prefix.replace("_", "a").isalnum():
             raise ValueError(f"prefix must be letters, digits and underscores, got {prefix!r}")
         if clock not in ("database", "caller"):
@@ -171,6 +224,12 @@ class PostgresStore(StoreBase):
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
+        if self._settings:
+            try:
+                db.execute(self._settings)
+            except BaseException:
+                db.close()
+                raise
         return self._opened(db)
 
     def _db(self) -> psycopg.Connection[Any]:
@@ -210,12 +269,32 @@ class PostgresStore(StoreBase):
             except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
                 if attempt == RETRIES:
                     raise
+            except CANCELLED as exc:
+                raise self._timed_out(exc) from None
             except psycopg.OperationalError:
-                self._local.db = None
+                self._drop_current()
                 if attempt == RETRIES:
                     raise
                 time.sleep(min(0.05 * 2**attempt, 2.0))
         raise AssertionError("unreachable")
+
+    def _drop_current(self) -> None:
+        """The calling thread's connection met an error other than a cancelled
+        statement (a lost link, a session the server ended): closed and forgotten, so
+        the next use reconnects and no backend is left behind."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            self._drop(db)
+
+    def _timed_out(self, exc: Exception) -> StoreError:
+        """What a statement the server cancelled (a timeout, a cancel) raises: the
+        connection is healthy and kept; the transaction was rolled back."""
+        if isinstance(exc, errors.LockNotAvailable):
+            why = "a row it needs is locked by another session (lock_timeout)"
+        else:
+            why = "the server cancelled a statement (statement_timeout or a cancel)"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StoreError(f"{self}: {why}: {first}; nothing was changed, try again")
 
     def open(self) -> None:
         """Create the schema, or migrate an older one forward (under an advisory lock)."""
@@ -276,17 +355,18 @@ class PostgresStore(StoreBase):
         transaction (see :meth:`modify_many`) claims too before it commits."""
         claimed: list[TaskRow] = []
 
-        def claim(db: psycopg.Connection[Any]) -> None:
-            claimed[:] = self._claim_in(db, node, now, limit, lease, known)
+        def claim(db: psycopg.Connection[Any], sync: Callable[[], object]) -> None:
+            claimed[:] = self._claim_in(db, node, now, limit, lease, known, sync)
 
         return self._modify_many(edits, claim), claimed
 
     def _modify_many(
         self,
         edits: Sequence[Edit],
-        then: Callable[[psycopg.Connection[Any]], None] | None = None,
+        then: Callable[[psycopg.Connection[Any], Callable[[], object]], None] | None = None,
     ) -> list[Change[Any] | None]:
-        """:meth:`modify_many`, with ``then(db)`` run in its transaction after the edits."""
+        """:meth:`modify_many`, with ``then(db, sync)`` run in its transaction after the
+        edits (``sync``: the pipeline's, to call after its statements)."""
         for attempt in range(RETRIES + 1):
             try:
                 db = self._db()
@@ -298,21 +378,28 @@ class PostgresStore(StoreBase):
                             return [self._expected_done(db, edits[0], found)]
                     with self._transaction() as db:  # (a version never comes back)
                         return [self._decide_in(db, edits[0])]
-                with db.pipeline(), self._transaction() as db:
+                with db.pipeline() as pipeline, self._transaction() as db:
                     found_all = self._send_expected(db, edits)
                     results = [
                         self._decide_in(db, edit) if found is None
                         else self._expected_done(db, edit, found)
                         for edit, found in zip(edits, found_all, strict=True)
                     ]  # fmt: skip
+                    # Between a pipeline's results and its next statement the server
+                    # waits "active", under no timeout (up to PostgreSQL 16): a node
+                    # frozen there would hold its rows until it woke. After a sync it
+                    # waits idle in the transaction, which idle_timeout bounds.
+                    pipeline.sync()
                     if then is not None:
-                        then(db)
+                        then(db, pipeline.sync)
                     return results
             except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
                 if attempt == RETRIES:
                     raise
+            except CANCELLED as exc:  # rolled back for sure: nothing to look for
+                raise self._timed_out(exc) from None
             except psycopg.OperationalError:
-                self._local.db = None
+                self._drop_current()
                 committed = self._committed(edits)
                 if committed is not None:
                     return committed
@@ -339,7 +426,7 @@ class PostgresStore(StoreBase):
                 .fetchone()
             )
         except psycopg.OperationalError:
-            self._local.db = None
+            self._drop_current()
             return None
         if found is None:
             return None
@@ -443,8 +530,26 @@ class PostgresStore(StoreBase):
         limit: int,
         lease: Time,
         known: Known,
+        sync: Callable[[], object] | None = None,
     ) -> list[TaskRow]:
-        """:meth:`claim`'s statements on ``db`` (in its transaction, if it has one)."""
+        """:meth:`claim`'s statements on ``db`` (in its transaction, if it has one),
+        then ``sync`` (a pipeline's: so that a node frozen after them holds its rows
+        only until ``idle_timeout``, see :meth:`_modify_many`)."""
+        rows = self._claim_rows(db, node, now, limit, lease, known)
+        if sync is not None:
+            sync()
+        return rows
+
+    def _claim_rows(
+        self,
+        db: psycopg.Connection[Any],
+        node: str,
+        now: Time,
+        limit: int,
+        lease: Time,
+        known: Known,
+    ) -> list[TaskRow]:
+        """:meth:`_claim_in`'s statements."""
         p = self._p
         where, params = _known(known)
         until = _num(now + lease)
