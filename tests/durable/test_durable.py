@@ -7,6 +7,7 @@ import concurrent.futures
 import itertools
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -131,6 +132,52 @@ def test_schedules_and_policies_must_be_storable(sched: DurableScheduler) -> Non
 
     with pytest.raises(TypeError, match=r"retry_on must be exception types defined at module"):
         sched.schedule_once("a", 1, jobs.noop, retry_on=LocalError)
+
+
+def test_a_stored_retry_on_is_matched_by_name_and_never_imported(
+    sched: DurableScheduler, clock: ManualClock
+) -> None:
+    """Whoever can write the store can write ``retry_on``: a path in it is data,
+    matched against the raised error's classes by name, never imported (a row naming
+    a module ran that module's code on every node that claimed it)."""
+    tries: list[int] = []
+
+    def flaky(*, run: RunContext) -> None:
+        tries.append(run.attempt)
+        raise ConnectionResetError("down")  # a ConnectionError, by its MRO
+
+    sched.register("flaky", flaky)
+    sched.schedule_once("x", 0, "flaky", args=[], max_retries=1, retry_on=ConnectionError)
+
+    def plant(row: TaskRow | None) -> Change[None]:
+        assert row is not None
+        row.spec = {**row.spec, "retry_on": [*row.spec["retry_on"], "tests.planted:Boom"]}
+        return Change(None, row=row)
+
+    sched.store.modify("x", plant)
+    sched.tick(clock())
+    sched.tick(clock() + 60)
+    assert "tests.planted" not in sys.modules
+    assert tries == [0, 1]  # retried: ConnectionResetError is a ConnectionError
+    assert sched.status("x") is Status.FAILED
+
+
+def test_a_new_sqlite_file_is_private_to_its_owner(tmp_path: Path) -> None:
+    """Its rows name the code nodes run and its outcomes hold the jobs' output: new
+    files (with -wal and -shm) are 0600 whatever the umask; an existing file's mode
+    is left as it is."""
+    old = os.umask(0o022)
+    try:
+        sched = DurableScheduler(SQLiteStore(tmp_path / "new.db"))
+        sched.schedule_once("x", 60, NOOP)
+        for name in ("new.db", "new.db-wal", "new.db-shm"):
+            assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+        sched.store.close()
+        (tmp_path / "shared.db").touch(0o640)
+        DurableScheduler(SQLiteStore(tmp_path / "shared.db")).store.close()
+        assert (tmp_path / "shared.db").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
 
 
 def test_a_monotonic_clock_is_refused(store: Store) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from cadence._policy import RetryPolicy, Schedule
@@ -203,8 +203,28 @@ def retry_on_spec(retry_on: object) -> list[str] | None:
     return paths
 
 
-def retry_on_from(paths: list[str] | None) -> tuple[type[BaseException], ...] | None:
-    """The exception types stored by :func:`retry_on_spec`."""
+def retry_on_from(paths: list[str] | None) -> StoredTypes | None:
+    """The exception types stored by :func:`retry_on_spec`, as data (see
+    :class:`StoredTypes`): nothing a row names is imported."""
     if paths is None:
         return None
-    return tuple(resolve_path(path) for path in paths)
+    return StoredTypes(paths)
+
+
+class StoredTypes:
+    """A stored ``retry_on``: exception types by import path, matched against the
+    names of a raised error's classes (its MRO), never imported. For types defined
+    at module level (the only ones :func:`retry_on_spec` stores) this is
+    ``isinstance``; and a row, which whoever can write the store can write, cannot
+    make a node import a module. O(depth of the error's class hierarchy) a call."""
+
+    __slots__ = ("paths",)
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.paths = frozenset(paths)
+
+    def __call__(self, error: BaseException) -> bool:
+        return any(f"{k.__module__}:{k.__qualname__}" in self.paths for k in type(error).__mro__)
+
+    def __repr__(self) -> str:
+        return f"StoredTypes({sorted(self.paths)!r})"

@@ -12,6 +12,7 @@ memory).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
@@ -162,6 +163,7 @@ class SQLiteStore(StoreBase):
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
+            _create_private(self.path)
             db = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
             )
@@ -512,6 +514,15 @@ def _outcomes_sql(p: str, rows: int) -> str:
     """INSERT of ``rows`` outcomes."""
     marks = ",".join([f"({','.join('?' * OUTCOME_WIDTH)})"] * rows)
     return f"INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) VALUES {marks}"
+
+
+def _create_private(path: str) -> None:
+    """Create a missing database file readable and writable by its owner only (0600,
+    whatever the umask): its rows name the code every node runs, and its outcomes
+    hold the jobs' output. SQLite gives the ``-wal`` and ``-shm`` files the
+    database file's mode. An existing file is left as it is."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
