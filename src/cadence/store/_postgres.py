@@ -535,21 +535,6 @@ class PostgresStore(StoreBase):
         """:meth:`claim`'s statements on ``db`` (in its transaction, if it has one),
         then ``sync`` (a pipeline's: so that a node frozen after them holds its rows
         only until ``idle_timeout``, see :meth:`_modify_many`)."""
-        rows = self._claim_rows(db, node, now, limit, lease, known)
-        if sync is not None:
-            sync()
-        return rows
-
-    def _claim_rows(
-        self,
-        db: psycopg.Connection[Any],
-        node: str,
-        now: Time,
-        limit: int,
-        lease: Time,
-        known: Known,
-    ) -> list[TaskRow]:
-        """:meth:`_claim_in`'s statements."""
         p = self._p
         where, params = _known(known)
         until = _num(now + lease)
@@ -575,6 +560,8 @@ class PostgresStore(StoreBase):
                 (_num(now), *params, limit - len(due), node, until),
             ).fetchall()
         )
+        if sync is not None:
+            sync()
         return claimed_rows(due, expired, _time)
 
     def heartbeat(
