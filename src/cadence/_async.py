@@ -247,7 +247,7 @@ class AsyncRunner(Driver):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        head = self._scheduler.next_run_time()
+        head = self._scheduler._wake_time()
         if self._stopping:
             return
         if self._clock_failed:  # read it again in a while

@@ -246,7 +246,7 @@ class Runner(Driver):
             with self._cond_lock:
                 self._news = math.inf
             full = self._full
-            head = None if full else scheduler.next_run_time()
+            head = None if full else scheduler._wake_time()
             with self._cond_lock:
                 if self._stopping:
                     return

@@ -637,6 +637,12 @@ class Scheduler:
         info = self.info(task_id)
         return None if info is None else info.next_run_time
 
+    def _wake_time(self) -> Time | None:
+        """When a runner driving this scheduler must next look for due runs: the
+        earliest live run's time (a durable scheduler adds its own leases'
+        expiries). O(1) amortised."""
+        return self.next_run_time()
+
     def info(self, task_id: Hashable) -> TaskInfo | None:
         """What is known of one task: a :class:`~cadence.TaskInfo`, or ``None`` if unknown.
 

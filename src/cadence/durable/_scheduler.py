@@ -632,24 +632,26 @@ class DurableScheduler(Scheduler):
     def next_run_time(self, task_id: Hashable = _UNSET) -> Time | None:
         """As :meth:`cadence.Scheduler.next_run_time`, over the store.
 
-        Without ``task_id`` it also counts when a lease expires, this node's own
-        included (a run whose completion it could not record is run again then):
-        the time a runner must wake up by. One indexed read.
+        Without ``task_id`` it also counts when another node's lease expires
+        (its run may then be taken over). One indexed read.
         """
         if task_id is _UNSET:
-            if not self._users:
-                return self._store.next_due(self._node, self._known())
-            if not self._outage:  # a runner asks: an unreachable store means "try again soon"
-                try:
-                    return self._store.next_due(self._node, self._known())
-                except Exception:
-                    logger.exception(
-                        "the store cannot be reached; retrying every %gs", STORE_RETRY
-                    )
-                    self._outage = True
-            return _validate.time_from("the clock", self._clock()) + STORE_RETRY
+            return self._store.next_due(self._node, self._known())
         info = self.info(task_id)
         return None if info is None else info.next_run_time
+
+    def _wake_time(self) -> Time | None:
+        """When a runner must look again: :meth:`next_run_time`, or the expiry of a
+        lease of this node's own if sooner (a run whose completion it could not
+        record stays leased to it: a lone node must wake to run it again). An
+        unreachable store means "try again in :data:`STORE_RETRY` seconds"."""
+        if not self._outage:
+            try:
+                return self._store.next_due(self._node, self._known(), own=True)
+            except Exception:
+                logger.exception("the store cannot be reached; retrying every %gs", STORE_RETRY)
+                self._outage = True
+        return _validate.time_from("the clock", self._clock()) + STORE_RETRY
 
     def _info(self, row: TaskRow) -> TaskInfo:
         status = Status(row.status)
@@ -1212,7 +1214,7 @@ class DurableScheduler(Scheduler):
                     last_beat = now
                 if version != seen:
                     seen = version
-                    head = self.next_run_time()
+                    head = self._wake_time()
                     if head is not None:
                         self._wake(head)
             except Exception:

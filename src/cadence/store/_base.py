@@ -474,11 +474,12 @@ class Store(Protocol):
         """
         ...
 
-    def next_due(self, node: str, known: Known) -> Time | None:
+    def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
         """The earliest time something may become claimable for ``node``: the
-        earliest due run, or the earliest expiry of a lease, ``node``'s own included
-        (a run whose completion it could not record is left leased to it, and a lone
-        node must wake to run it again). ``node`` is kept for stores that need it."""
+        earliest due run, or the earliest expiry of another node's lease; with
+        ``own``, of ``node``'s own leases too (what a runner wakes for: a run whose
+        completion it could not record is left leased to it, and a lone node must
+        wake to run it again)."""
         ...
 
     def get(self, task_id: str) -> TaskRow | None:

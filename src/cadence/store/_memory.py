@@ -144,7 +144,7 @@ class MemoryStore(StoreBase):
                     owned[task_id] = (row.fence, row.status)
             return owned
 
-    def next_due(self, node: str, known: Known) -> Time | None:
+    def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
         """See :meth:`cadence.store.Store.next_due`."""
         with self._lock:
             times = [
@@ -155,7 +155,7 @@ class MemoryStore(StoreBase):
             times += [
                 r.lease_until
                 for r in self._rows.values()
-                if r.status in LEASED and r.lease_until is not None
+                if r.status in LEASED and (own or r.owner != node) and r.lease_until is not None
                 and known.claims(r)
             ]  # fmt: skip
             return min(times, default=None)

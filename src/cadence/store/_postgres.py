@@ -584,7 +584,7 @@ class PostgresStore(StoreBase):
 
     # -- reads -----------------------------------------------------------
 
-    def next_due(self, node: str, known: Known) -> Time | None:
+    def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
         """See :meth:`cadence.store.Store.next_due`."""
         p = self._p
         where, params = _known(known)
@@ -597,8 +597,9 @@ class PostgresStore(StoreBase):
             ).fetchone()
             lease = db.execute(
                 f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL "
-                f"AND status IN ('queued', 'running') AND {where} ORDER BY lease_until LIMIT 1",
-                params,
+                f"AND (%s OR owner != %s) AND status IN ('queued', 'running') AND {where} "
+                "ORDER BY lease_until LIMIT 1",
+                (own, node, *params),
             ).fetchone()
             times = [_time(found[0]) for found in (due, lease) if found is not None]
             return min(times, default=None)

@@ -401,7 +401,7 @@ class SQLiteStore(StoreBase):
                 owned.update((task_id, (fence, status)) for task_id, fence, status in found)
         return owned
 
-    def next_due(self, node: str, known: Known) -> Time | None:
+    def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
         """See :meth:`cadence.store.Store.next_due`."""
         p = self._p
         where, params = _known(known)
@@ -412,9 +412,9 @@ class SQLiteStore(StoreBase):
             params,
         ).fetchone()
         lease = db.execute(
-            f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL "
+            f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL AND (? OR owner != ?) "
             f"AND status IN ('queued', 'running') AND {where} ORDER BY lease_until LIMIT 1",
-            params,
+            (own, node, *params),
         ).fetchone()
         times = [found[0] for found in (due, lease) if found is not None]
         return min(times, default=None)
