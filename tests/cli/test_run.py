@@ -242,6 +242,32 @@ def test_a_descendant_that_leaves_the_group_holds_no_run_or_shutdown(cli: Cli) -
         subprocess.run(["pkill", "-f", f"sleep {marker}"], check=False)
 
 
+def test_a_row_naming_any_import_path_runs_on_no_node_that_did_not_declare_it(
+    cli: Cli,
+) -> None:
+    """Whoever can write the store could plant a row naming ``os:system``: a
+    ``cadence run`` node runs only its job file's jobs, and leaves that row as it is
+    (it ran the command before: any import path in a row was run)."""
+    from cadence import DurableScheduler
+    from cadence.store import SQLiteStore
+
+    planted = cli.dir / "planted"
+    cli.write(f'[[jobs]]\nid = "tick"\nevery = "0.2s"\n{RECORD}\n')
+    proc = cli.start()
+    cli.wait(lambda: len(cli.lines()) >= 1)  # the node is up and running its job
+    writer = DurableScheduler(SQLiteStore(cli.dir / "state.db"))
+    writer.schedule_once("evil", 0, "os:system", args=[f"touch {planted}"])
+    count = len(cli.lines())
+    cli.wait(lambda: len(cli.lines()) >= count + 5)  # it claimed five times since
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert not planted.exists()
+    row = writer.store.get("evil")
+    assert row is not None
+    assert (row.status, row.fence) == ("scheduled", 0)  # untouched
+    writer.store.close()
+
+
 def test_call_jobs_and_failures_with_output_in_history(cli: Cli) -> None:
     cli.write('[defaults]\nmax_retries = 1\nretry = { base = "0.1s" }\n'
               '[[jobs]]\nid = "c"\nat = "2020-01-01T00:00:00+00:00"\ncall = "json:dumps"\n'

@@ -180,6 +180,26 @@ def test_a_new_sqlite_file_is_private_to_its_owner(tmp_path: Path) -> None:
         os.umask(old)
 
 
+def test_a_node_runs_only_the_import_paths_it_declared_or_admits(
+    store: Store, clock: ManualClock
+) -> None:
+    """By default a node claims the import paths this process stored and its
+    registered names, nothing else a row names; ``imports`` widens that (a list of
+    prefixes, or ``True``); a bad ``imports`` is refused."""
+    DurableScheduler(store, clock=clock).schedule_once("t", 0, NOOP)
+    assert DurableScheduler(store, clock=clock).tick(clock()) == []  # not declared here
+    other = DurableScheduler(store, clock=clock, imports=["tests.other."])
+    assert other.tick(clock()) == []
+    assert store.get("t") is not None
+    assert store.get("t").fence == 0  # type: ignore[union-attr]  # never claimed
+    fleet = DurableScheduler(store, clock=clock, imports=["tests.durable."])
+    assert [o.task_id for o in fleet.tick(clock())] == ["t"]
+    with pytest.raises(TypeError, match="imports must be"):
+        DurableScheduler(store, clock=clock, imports="tests.")
+    with pytest.raises(ValueError, match="non-empty str prefixes"):
+        DurableScheduler(store, clock=clock, imports=[""])
+
+
 def test_a_monotonic_clock_is_refused(store: Store) -> None:
     with pytest.raises(ValueError, match=r"monotonic.*durable scheduler needs epoch time"):
         DurableScheduler(store, clock=time.monotonic)
@@ -206,11 +226,11 @@ def test_the_run_context_carries_fence_and_key(sched: DurableScheduler) -> None:
 
 def test_tasks_survive_a_restart(tmp_path: Path, clock: ManualClock) -> None:
     path = tmp_path / "r.db"
-    first = DurableScheduler(SQLiteStore(path), clock=clock)
+    first = DurableScheduler(SQLiteStore(path), clock=clock, imports=True)
     first.schedule_at_fixed_rate("r", 10, 10, NOOP, max_retries=2)
     first.schedule("c", Cron("*/5 * * * *"), NOOP, misfire=Misfire.COALESCE)
     first.store.close()
-    again = DurableScheduler(SQLiteStore(path), clock=clock)
+    again = DurableScheduler(SQLiteStore(path), clock=clock, imports=True)
     assert again.status("r") is Status.SCHEDULED
     assert again.next_run_time("r") == 1010
     assert rows(again.tick(1030)) == [
@@ -232,11 +252,11 @@ def test_downtime_meets_the_misfire_policy_once(
 ) -> None:
     clock = ManualClock(0)
     path = tmp_path / "m.db"
-    DurableScheduler(SQLiteStore(path), clock=clock).schedule_at_fixed_rate(
+    DurableScheduler(SQLiteStore(path), clock=clock, imports=True).schedule_at_fixed_rate(
         "r", 10, 10, NOOP, misfire=misfire
     )
     clock.set(105)  # "down" for ten periods: slots 10..100 missed
-    nodes = [DurableScheduler(SQLiteStore(path), clock=clock) for _ in range(3)]
+    nodes = [DurableScheduler(SQLiteStore(path), clock=clock, imports=True) for _ in range(3)]
     outcomes = [o for node in nodes for o in node.tick(105)]
     assert len(outcomes) == runs
     assert sum(o.skipped for o in outcomes) == (skipped if runs else 0)
@@ -469,7 +489,7 @@ def test_an_import_path_that_broke_is_left_untouched_with_a_warning(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = ManualClock(0)
-    s = DurableScheduler(store, clock=clock)
+    s = DurableScheduler(store, clock=clock, imports=True)
     s.schedule_once("a", 0, NOOP)
 
     def rename(row: Any) -> Any:
@@ -487,7 +507,10 @@ def test_an_import_path_that_broke_is_left_untouched_with_a_warning(
 
 def test_a_lease_that_keeps_expiring_fails_the_run(store: Store) -> None:
     clock = ManualClock(0)
-    dead = [DurableScheduler(store, clock=clock, lease=5, max_expiries=2) for _ in range(3)]
+    dead = [
+        DurableScheduler(store, clock=clock, lease=5, max_expiries=2, imports=True)
+        for _ in range(3)
+    ]
     dead[0].schedule_at_fixed_rate("r", 0, 100, NOOP)
     assert dead[0]._claim(0) is not None  # claimed, then the holder "dies"
     assert dead[1]._claim(6) is not None  # taken over (expiry 1), and it dies too
@@ -500,7 +523,10 @@ def test_a_lease_that_keeps_expiring_fails_the_run(store: Store) -> None:
 
 def test_a_stale_holder_writes_nothing(store: Store) -> None:
     clock = ManualClock(0)
-    a, b = DurableScheduler(store, clock=clock, lease=5), DurableScheduler(store, clock=clock)
+    a, b = (
+        DurableScheduler(store, clock=clock, lease=5, imports=True),
+        DurableScheduler(store, clock=clock, imports=True),
+    )
     a.schedule_once("x", 0, NOOP, max_retries=3)
     held = a._claim(0)
     assert held is not None
@@ -563,8 +589,8 @@ def test_a_run_claimed_by_a_lost_answer_is_not_kept_by_the_heartbeat(store: Stor
     the node's heartbeats renew only the runs it knows it holds, so that row's lease
     runs out and another node takes the run over."""
     clock = ManualClock(0)
-    a = DurableScheduler(store, clock=clock, lease=10, node="a")
-    b = DurableScheduler(store, clock=clock, lease=10, node="b")
+    a = DurableScheduler(store, clock=clock, lease=10, node="a", imports=True)
+    b = DurableScheduler(store, clock=clock, lease=10, node="b", imports=True)
     a.schedule_once("lost", 0, NOOP)
     a.schedule_once("held", 0, NOOP, priority=1)
     store.claim("a", 0, 1, 10, a._known())  # "lost" leased to a: the answer is dropped
@@ -805,8 +831,8 @@ async def _later(x: int) -> int:
 
 def test_another_process_write_wakes_a_sleeping_runner(tmp_path: Path) -> None:
     path = tmp_path / "w.db"
-    sched = DurableScheduler(SQLiteStore(path), poll=0.02)
-    other = DurableScheduler(SQLiteStore(path))
+    sched = DurableScheduler(SQLiteStore(path), poll=0.02, imports=True)
+    other = DurableScheduler(SQLiteStore(path), imports=True)
     done = Collector()
     with Runner(sched, on_outcome=done):
         time.sleep(0.05)  # asleep, nothing scheduled
@@ -1061,15 +1087,15 @@ def test_a_group_commit_decides_again_only_for_rows_that_changed(
     """One ``modify_many`` (on PostgreSQL: pipelined) of three completions decided in
     advance: one written as decided, one whose row was paused meanwhile (decided again
     from the row: it stays paused), one whose lease was taken over (fenced off)."""
-    sched = DurableScheduler(store, clock=clock, lease=100)
-    short = DurableScheduler(store, clock=clock, lease=5)  # a node with short leases
+    sched = DurableScheduler(store, clock=clock, lease=100, imports=True)
+    short = DurableScheduler(store, clock=clock, lease=5, imports=True)  # a node with short leases
     for name in "abc":
         sched.schedule_at_fixed_rate(name, 0, 10, NOOP)
     held = [node._claim(1000.0, room=1) for node in (sched, sched, short)]
     assert [t.task_id for t in held if t is not None] == ["a", "b", "c"]
     edits = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
     assert sched.pause("b")  # the row changed: its decision in advance no longer holds
-    other = DurableScheduler(store, clock=clock, node="other", lease=5)
+    other = DurableScheduler(store, clock=clock, node="other", lease=5, imports=True)
     taken = other._claim(1006.0, room=1)  # c's lease ran out: taken over, fence bumped
     assert taken is not None
     assert taken.task_id == "c"

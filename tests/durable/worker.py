@@ -113,6 +113,7 @@ def main() -> None:
         lease=float(os.environ.get("LEASE", "1")),
         poll=0.05,
         batch=1,
+        imports=True,  # it runs what the test process stored
     )
     for entry in filter(None, os.environ.get("ACTIONS", "").split(",")):
         name, path = entry.split("=")

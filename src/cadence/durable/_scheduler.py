@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple, TypeVar, Unpack
 
@@ -94,7 +94,12 @@ class DurableScheduler(Scheduler):
     itself, before it claims the next; those of a pool's workers, on a
     thread of their own, those that queue meanwhile in one transaction (see
     :meth:`_complete_later`; ``False``: each on the thread that ran it, one
-    commit per completion).
+    commit per completion). ``imports`` says which stored import paths this node
+    runs, since whoever can write the store could name any (``docs/security.md``):
+    by default only those this process stored itself (scheduled, ensured, declared
+    by its job file) besides its registered names; ``True``: any it can import; a
+    collection of prefixes (``["billing.", "reports.tasks:"]``): those starting
+    with one. Tasks of other paths are left, untouched, to nodes that run them.
 
     Costs: each scheduling call, claim and completion is one store
     transaction (with :class:`~cadence.store.SQLiteStore` and
@@ -116,6 +121,7 @@ class DurableScheduler(Scheduler):
         "_committed",
         "_committer",
         "_completions",
+        "_declared",
         "_group",
         "_held",
         "_hold",
@@ -129,6 +135,7 @@ class DurableScheduler(Scheduler):
         "_pace",
         "_pace_from",
         "_poll",
+        "_prefixes",
         "_refused",
         "_reports",
         "_store",
@@ -148,6 +155,7 @@ class DurableScheduler(Scheduler):
         batch: int = 128,
         max_expiries: int = 3,
         group_commit: bool = True,
+        imports: bool | Collection[str] = False,
     ) -> None:
         if clock in _MONOTONIC_CLOCKS:
             raise ValueError(
@@ -180,6 +188,8 @@ class DurableScheduler(Scheduler):
         if node is not None and not isinstance(node, str):
             raise TypeError(f"node must be a str, got {node!r}")
         self._node = node or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._prefixes = _import_prefixes(imports)
+        self._declared: set[str] = set()  # import paths this process stored
         self._store = store
         self._actions: dict[str, Callable[..., object]] = {}
         self._callables: dict[str, Callable[..., object]] = {}  # import paths resolved
@@ -257,7 +267,9 @@ class DurableScheduler(Scheduler):
                     found = _codec.resolve_path(action)
                 except (ImportError, AttributeError, ValueError) as exc:
                     raise TypeError(f"action {action!r} cannot be imported: {exc!r}") from None
-                return action, _validate.callable_("action", found)
+                _validate.callable_("action", found)
+                self._declared.add(action)
+                return action, found
             registered = self._actions.get(action)
             if registered is None:
                 raise TypeError(
@@ -272,12 +284,13 @@ class DurableScheduler(Scheduler):
         path = _codec.import_path(action)
         if path is None:
             raise _codec.refusal(action)
+        self._declared.add(path)
         return path, action  # type: ignore[return-value]
 
     def _callable(self, name: str) -> Callable[..., object] | None:
         """The function a stored action name means here, or ``None`` if this node cannot run it."""
         found = self._actions.get(name) or self._callables.get(name)
-        if found is None and ":" in name and name not in self._broken:
+        if found is None and name in self._known() and ":" in name:
             try:
                 found = _codec.resolve_path(name)
             except Exception as exc:
@@ -288,7 +301,11 @@ class DurableScheduler(Scheduler):
         return found
 
     def _known(self) -> Known:
-        return Known(tuple(self._actions), tuple(self._broken), self._refused)
+        """What this node claims: its registered names and declared import paths, the
+        paths its ``imports`` admit, but no broken path or refused row. O(names)."""
+        return Known(
+            (*self._actions, *self._declared), tuple(self._broken), self._refused, self._prefixes
+        )
 
     def _declare_job(
         self,
@@ -1229,12 +1246,20 @@ class DurableScheduler(Scheduler):
             logger.exception("could not list the stored actions")
             return
         known = self._known()
-        for name in sorted(n for n in names if n not in known and ":" not in n):
-            logger.warning(
-                "action %r is not registered here: its tasks are left to a process that "
-                "registers it (never deleted)",
-                name,
-            )
+        for name in sorted(n for n in names if n not in known):
+            if ":" in name:
+                logger.warning(
+                    "import path %r was not declared by this process and its imports= "
+                    "option does not admit it: its tasks are left to a process that runs "
+                    "it (never deleted; see docs/security.md)",
+                    name,
+                )
+            else:
+                logger.warning(
+                    "action %r is not registered here: its tasks are left to a process "
+                    "that registers it (never deleted)",
+                    name,
+                )
 
     def _heartbeat(self, now: Time) -> None:
         """Extend this node's leases; learn which runs were lost or cancelled meanwhile."""
@@ -1255,6 +1280,23 @@ class DurableScheduler(Scheduler):
                     task.cancelled = True
                 else:
                     task.until = now + self._lease
+
+
+def _import_prefixes(imports: object) -> tuple[str, ...]:
+    """The ``imports=`` option as :attr:`Known.prefixes`, or ``TypeError``/``ValueError``."""
+    if imports is True:
+        return ("",)
+    if imports is False:
+        return ()
+    if isinstance(imports, str) or not isinstance(imports, Collection):
+        raise TypeError(
+            f"imports must be a bool or a collection of module prefixes, got {imports!r}"
+        )
+    prefixes = tuple(imports)
+    for prefix in prefixes:
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"imports must hold non-empty str prefixes, got {prefix!r}")
+    return prefixes
 
 
 class _Completion(NamedTuple):

@@ -284,19 +284,41 @@ def ahead(edits: Sequence[Edit]) -> list[bool]:
 
 
 class Known(NamedTuple):
-    """Which runs a node can claim: those of actions it can run (``names`` it
-    registered, and import paths, ``"pkg.mod:func"``, claimed by any node, except
-    the ``broken`` ones it failed to import), except the tasks it ``refused``
-    (rows it could not read)."""
+    """Which runs a node can claim: those of actions it can run (``names``: those it
+    registered and the import paths it declared itself, and the other import paths,
+    ``"pkg.mod:func"``, that start with one of ``prefixes``, except the ``broken``
+    ones it failed to import), except the tasks it ``refused`` (rows it could not
+    read). ``prefixes`` ``("",)`` admits every import path; ``()`` none but
+    ``names``."""
 
     names: Collection[str]
     broken: Collection[str]
     refused: Collection[str] = ()
+    prefixes: Collection[str] = ("",)
 
     def __contains__(self, action: object) -> bool:
         return isinstance(action, str) and (
-            action in self.names or (":" in action and action not in self.broken)
+            action in self.names
+            or (
+                ":" in action
+                and action not in self.broken
+                and any(action.startswith(prefix) for prefix in self.prefixes)
+            )
         )
+
+    def paths_sql(self, mark: str) -> tuple[str, list[Any]]:
+        """The SQL condition (``mark``: the store's parameter mark) and parameters for
+        "an import path these ``prefixes`` admit", on a column ``action``: one
+        ``substr`` comparison per prefix, nothing for ``""``, false for none."""
+        if "" in self.prefixes:
+            return "1 = 1", []
+        if not self.prefixes:
+            return "1 = 0", []
+        terms = " OR ".join([f"substr(action, 1, {mark}) = {mark}"] * len(self.prefixes))
+        params: list[Any] = []
+        for prefix in self.prefixes:
+            params += (len(prefix), prefix)
+        return f"({terms})", params
 
     def claims(self, row: TaskRow) -> bool:
         """Whether a claim by this node may take ``row``. O(1) for sets."""

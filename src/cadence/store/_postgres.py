@@ -735,8 +735,9 @@ def _returning() -> str:
 def _known(known: Known) -> tuple[str, list[Any]]:
     """The SQL condition for "a run this node may claim" (:class:`Known`), and its
     parameters."""
-    sql = "(action = ANY(%s) OR (strpos(action, ':') > 0 AND NOT action = ANY(%s)))"
-    params: list[Any] = [list(known.names), list(known.broken)]
+    paths, path_params = known.paths_sql("%s")
+    sql = f"(action = ANY(%s) OR (strpos(action, ':') > 0 AND NOT action = ANY(%s) AND {paths}))"
+    params: list[Any] = [list(known.names), list(known.broken), *path_params]
     if known.refused:
         sql += " AND NOT task_id = ANY(%s)"
         params.append(list(known.refused))

@@ -549,10 +549,14 @@ def _known(known: Known) -> tuple[str, list[str]]:
     names, broken, refused = list(known.names), list(known.broken), list(known.refused)
     marks = ",".join("?" * len(names))
     broken_marks = ",".join("?" * len(broken))
-    sql = f"(action IN ({marks}) OR (instr(action, ':') > 0 AND action NOT IN ({broken_marks})))"
+    paths, path_params = known.paths_sql("?")
+    sql = (
+        f"(action IN ({marks}) OR (instr(action, ':') > 0 AND action NOT IN ({broken_marks}) "
+        f"AND {paths}))"
+    )
     if refused:
         sql += f" AND task_id NOT IN ({','.join('?' * len(refused))})"
-    return sql, [*names, *broken, *refused]
+    return sql, [*names, *broken, *path_params, *refused]
 
 
 __all__ = ["SQLiteStore", "StoreError"]
