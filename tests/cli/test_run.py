@@ -268,6 +268,33 @@ def test_a_row_naming_any_import_path_runs_on_no_node_that_did_not_declare_it(
     writer.store.close()
 
 
+def test_a_run_cut_short_by_a_graceful_stop_is_given_back_not_failed(cli: Cli) -> None:
+    """SIGTERM with a grace shorter than the run: the command is terminated, and its
+    run is given back (nothing recorded, the job still scheduled) rather than
+    recorded as failed; the next node runs it again with the same key. Before, a
+    one-off ended `failed` (SIGKILL instead left it to be run again)."""
+    cli.write('[[jobs]]\nid = "long"\nat = "2020-01-01T00:00:00+00:00"\n'
+              'command = "echo $CADENCE_KEY >> $OUT; test -e $OUT.go || sleep 30"\n')  # fmt: skip
+    proc = cli.start("--grace", "0.5s")
+    cli.wait(lambda: len(cli.lines()) == 1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "given back" in err
+    [job] = cli.json("status")
+    assert job["status"] == "scheduled", job
+    assert cli.json("history", "long") == []
+    (cli.dir / "out.go").touch()
+    again = cli.start()
+    cli.wait(lambda: cli.json("history", "long") != [])
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(30) == 0
+    [run] = cli.json("history", "long")
+    assert run["result"] == "ok"
+    first, second = cli.lines()
+    assert first == second  # the same key
+
+
 def test_call_jobs_and_failures_with_output_in_history(cli: Cli) -> None:
     cli.write('[defaults]\nmax_retries = 1\nretry = { base = "0.1s" }\n'
               '[[jobs]]\nid = "c"\nat = "2020-01-01T00:00:00+00:00"\ncall = "json:dumps"\n'

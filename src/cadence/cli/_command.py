@@ -3,8 +3,10 @@
 The run's facts reach the command as environment variables (pinned in
 ``docs/cli.md``): ``CADENCE_TASK_ID``, ``CADENCE_SLOT`` (``repr(float)``),
 ``CADENCE_ATTEMPT``, ``CADENCE_KEY``. A non-zero exit, a signal or the
-timeout fails the run (the whole group is killed on timeout and on
-shutdown); the tail of the output is kept with the outcome.
+timeout fails the run (the whole group is killed on timeout); a command the
+node's own shutdown stops is given back, to run again with the same key
+(:class:`~cadence.durable.GivenBack`); the tail of the output is kept with
+the outcome.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 import time
 
 from cadence._calls import RunContext
+from cadence.durable import GivenBack
 
 TAIL = 2000
 """Characters of a command's combined stdout/stderr kept with its outcome."""
@@ -33,6 +36,7 @@ KILL_GRACE = 5.0
 log = logging.getLogger("cadence.cli")
 
 _running: set[subprocess.Popen[bytes]] = set()
+_given_back: set[subprocess.Popen[bytes]] = set()  # stopped by stop_all
 _lock = threading.Lock()
 
 
@@ -76,6 +80,12 @@ def run_command(command: str | list[str], timeout: float | None, *, run: RunCont
         with _lock:
             _running.discard(proc)
     text = tail.text()
+    if proc in _given_back:  # stopped by this node's shutdown (stop_all): not a failure
+        _given_back.discard(proc)
+        raise GivenBack(
+            f"stopped by this node's shutdown before it finished (exit status "
+            f"{proc.returncode}); given back, to run again"
+        )
     if timed_out:
         raise CommandError(f"timed out after {timeout:g}s (process group killed); output:\n{text}")
     if proc.returncode != 0:
@@ -155,9 +165,12 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def stop_all(grace: float = KILL_GRACE) -> None:
-    """Shutdown: SIGTERM every running command's group, SIGKILL what is left after ``grace``."""
+    """Shutdown: SIGTERM every running command's group, SIGKILL what is left after
+    ``grace``. Their runs end in :class:`~cadence.durable.GivenBack`: given back, to
+    run again (same key), not failed."""
     with _lock:
         procs = list(_running)
+        _given_back.update(procs)
     for proc in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)

@@ -5,6 +5,6 @@ file: tasks survive restarts and ``kill -9``, several processes can share
 the file, and each slot's run is recorded once. See ``docs/durability.md``.
 """
 
-from ._scheduler import DurableScheduler, LeaseExpired, StoredError
+from ._scheduler import DurableScheduler, GivenBack, LeaseExpired, StoredError
 
-__all__ = ["DurableScheduler", "LeaseExpired", "StoredError"]
+__all__ = ["DurableScheduler", "GivenBack", "LeaseExpired", "StoredError"]

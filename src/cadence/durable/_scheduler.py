@@ -10,7 +10,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar, Unpack
 
 from cadence import _validate
@@ -57,6 +57,18 @@ class LeaseExpired(Exception):  # noqa: N818 - it names the event, as TimeoutErr
 
     The run fails with this error (retried per the task's policy, like any
     failure) instead of being started again forever.
+    """
+
+
+class GivenBack(Exception):  # noqa: N818 - it names what happens to the run
+    """Raised by an action its own node stopped before it finished (a graceful
+    shutdown that ran out of grace: ``cadence run`` terminating a command).
+
+    A durable scheduler gives such a run back instead of recording it: nothing is
+    recorded, the row is released as it was claimed (same slot, same attempt, so
+    the same idempotency key), and another node, or this one after its restart,
+    runs it again. The run is reported as ``retry`` with this error. In memory it
+    is an error like any other.
     """
 
 
@@ -839,9 +851,9 @@ class DurableScheduler(Scheduler):
             return None
         if row.reclaimed:
             logger.warning(
-                "task %r: took over its run at %r from an expired lease (expiry %d)",
+                "task %r: took over its run at %s from an expired lease (expiry %d)",
                 row.task_id,
-                row.due,
+                _when(row.due),
                 row.expiries,
             )
             if row.expiries >= self._max_expiries:
@@ -904,6 +916,36 @@ class DurableScheduler(Scheduler):
 
         self._store.modify(row.task_id, give_back, fence=row.fence)
 
+    def _give_back(self, task: Held, error: GivenBack, started: Time) -> RunOutcome:
+        """A run its node stopped (:class:`GivenBack`): released as claimed, nothing
+        recorded; its outcome, ``retry``, is only reported. If the store cannot take
+        the release, the lease runs out and the run is taken over all the same."""
+        with self._hold:
+            self._held.pop(task.task_id, None)  # type: ignore[call-overload]
+        try:
+            self._release(task.row)
+        except Exception:
+            logger.exception(
+                "task %r: its run at %s could not be given back; it is taken over once "
+                "its lease expires",
+                task.task_id,
+                _when(task.entry[0]),
+            )
+        else:
+            logger.info(
+                "task %r: its run at %s was stopped by this node's shutdown and given back: "
+                "it runs again (same key) on the next node to claim it",
+                task.task_id,
+                _when(task.entry[0]),
+            )
+        outcome = RunOutcome(
+            task.task_id, task.entry[0], Result.RETRY, error, task.row.state.get("attempt", 0),
+            started,
+        )  # fmt: skip
+        if self._hooks:
+            self._emit_outcome(outcome)
+        return outcome
+
     def _start(self, task: Held) -> bool:  # type: ignore[override]
         """A worker picks up a claimed run: ``False`` if it was cancelled or its lease lost."""
         return not (task.cancelled or task.lost)
@@ -917,6 +959,8 @@ class DurableScheduler(Scheduler):
         outcome counts); the run's outcome is still returned, as this node
         saw it, and the loss is logged. Raises what the store raises.
         """
+        if isinstance(error, GivenBack):
+            return self._give_back(task, error, started)
         edit, outcome = self._decided(task, error, started, finished)
         return self._settled(task, self._store.modify_many([edit])[0], outcome, error)
 
@@ -957,6 +1001,9 @@ class DurableScheduler(Scheduler):
         completion is committed on the caller's thread, one transaction
         each. O(1) here, besides waiting for room.
         """
+        if isinstance(error, GivenBack):
+            then(self._give_back(task, error, started))
+            return
         edit, outcome = self._decided(task, error, started, finished)
         completion = _Completion(edit, task, outcome, error, then)
         with self._committed:
@@ -1086,10 +1133,10 @@ class DurableScheduler(Scheduler):
         node or another, with the same idempotency key (at-least-once).
         """
         logger.error(
-            "task %r: the completion of its run at %r could not be recorded (%r); the run "
+            "task %r: the completion of its run at %s could not be recorded (%r); the run "
             "will be taken over when its lease expires",
             task.task_id,
-            task.entry[0],
+            _when(task.entry[0]),
             exc,
         )
         if self._hooks:
@@ -1143,10 +1190,10 @@ class DurableScheduler(Scheduler):
                 outcome = outcome._replace(result=Result.FAILED if error else Result.OK)
             else:
                 logger.warning(
-                    "task %r: lease lost before its run at %r completed; its outcome is not "
+                    "task %r: lease lost before its run at %s completed; its outcome is not "
                     "recorded (the run was taken over)",
                     task.task_id,
-                    task.entry[0],
+                    _when(task.entry[0]),
                 )
         else:
             outcome = decided.value
@@ -1280,6 +1327,14 @@ class DurableScheduler(Scheduler):
                     task.cancelled = True
                 else:
                     task.until = now + self._lease
+
+
+def _when(t: Time) -> str:
+    """An epoch time for the log, as ISO 8601 UTC (never a raw float)."""
+    try:
+        return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError, TypeError):
+        return repr(t)
 
 
 def _import_prefixes(imports: object) -> tuple[str, ...]:
