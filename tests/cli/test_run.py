@@ -295,6 +295,27 @@ def test_a_run_cut_short_by_a_graceful_stop_is_given_back_not_failed(cli: Cli) -
     assert first == second  # the same key
 
 
+def test_read_commands_need_no_write_lock(cli: Cli) -> None:
+    """``status`` and ``history`` only read: another process holding the write lock
+    (or a read-only file) does not stop them. Opening the store ran a write
+    transaction, which waited out the lock (and failed on a read-only file)."""
+    cli.write(f'[[jobs]]\nid = "tick"\nevery = "1h"\n{RECORD}\n')
+    proc = cli.start()
+    cli.wait(lambda: cli.json("status") != [])
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    lock = sqlite3.connect(cli.dir / "state.db", isolation_level=None)
+    try:
+        lock.execute("BEGIN IMMEDIATE")
+        for command in (("status",), ("history", "tick")):
+            start = time.monotonic()
+            done = cli(*command)
+            assert done.returncode == 0, done.stderr
+            assert time.monotonic() - start < 10  # the busy timeout is 30 s
+    finally:
+        lock.close()
+
+
 def test_call_jobs_and_failures_with_output_in_history(cli: Cli) -> None:
     cli.write('[defaults]\nmax_retries = 1\nretry = { base = "0.1s" }\n'
               '[[jobs]]\nid = "c"\nat = "2020-01-01T00:00:00+00:00"\ncall = "json:dumps"\n'

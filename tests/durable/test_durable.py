@@ -1276,6 +1276,29 @@ class FlakyStore(SQLiteStore):
         return super().heartbeat(*args, **kwargs)
 
 
+def test_a_corrupt_store_file_is_named_as_such_once_not_as_an_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file that is not a database: the runner says what is wrong, once, however
+    its reads and claims alternate (it logged "cannot be reached" and "reachable
+    again" in turn, which is what an unreachable server gets)."""
+    path = tmp_path / "c.db"
+    sched = DurableScheduler(SQLiteStore(path), poll=0.02)
+    sched.schedule("r", FixedRate(0.1), NOOP)
+    sched.store.close()
+    with open(path, "r+b") as f:  # the header, and with it every page, unreadable
+        f.write(b"this is not a database, it is garbage" * 100)
+    for name in ("c.db-wal", "c.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    with Runner(sched):
+        time.sleep(2.5)  # two retries
+    failures = [r.getMessage() for r in caplog.records if "the store failed" in r.getMessage()]
+    assert len(failures) == 1, failures
+    assert "DatabaseError" in failures[0]
+    assert "not a database" in failures[0]
+    assert "answers again" not in caplog.text
+
+
 def test_a_runner_outlives_a_store_outage_and_loses_no_slot(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1290,8 +1313,8 @@ def test_a_runner_outlives_a_store_outage_and_loses_no_slot(
         store.down = False
         time.sleep(1.5)
         assert runner.is_running
-    assert "the store cannot be reached" in caplog.text
-    assert "the store is reachable again" in caplog.text
+    assert "the store failed (" in caplog.text
+    assert "the store answers again" in caplog.text
     runs = sched.history("r", 1000)
     slots = sorted(run.slot for run in runs)
     assert all(abs(b - a - 0.1) < 1e-6 for a, b in itertools.pairwise(slots))  # none lost

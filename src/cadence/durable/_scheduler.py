@@ -46,6 +46,9 @@ FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
 STORE_RETRY = 1.0
 """Seconds a runner waits before trying an unreachable store again."""
 
+FAILURE_REPEAT = 60.0
+"""Seconds before the same store error is logged again."""
+
 LINGER = 0.005
 """Seconds without a new completion after which the completions made on a runner's
 dispatcher thread, waiting for that thread to commit them with its next claim, are
@@ -143,6 +146,7 @@ class DurableScheduler(Scheduler):
         "_linger_until",
         "_max_expiries",
         "_node",
+        "_failure",
         "_outage",
         "_pace",
         "_pace_from",
@@ -223,6 +227,7 @@ class DurableScheduler(Scheduler):
         self._reports: deque[tuple[Sequence[_Completion], Sequence[Any]]] = deque()
         self._committer: threading.Thread | None = None
         self._outage = False  # the store failed a runner's claim: retry after STORE_RETRY
+        self._failure: tuple[str, float] | None = None  # the last store error logged, when
         self._pace = 1  # runs a runner without a pool claims next (see _paced)
         self._pace_from: tuple[Time, int, int] | None = None
         store.open()
@@ -677,9 +682,8 @@ class DurableScheduler(Scheduler):
         if not self._outage:
             try:
                 return self._store.next_due(self._node, self._known(), own=True)
-            except Exception:
-                logger.exception("the store cannot be reached; retrying every %gs", STORE_RETRY)
-                self._outage = True
+            except Exception as exc:
+                self._store_failed(exc)
         return _validate.time_from("the clock", self._clock()) + STORE_RETRY
 
     def _info(self, row: TaskRow) -> TaskInfo:
@@ -744,18 +748,31 @@ class DurableScheduler(Scheduler):
         start within ``poll`` (:meth:`_paced`): the other due runs are left to
         other nodes.
 
-        If the store cannot be reached, the error is logged and nothing is
+        If the store fails, the error is logged (:meth:`_store_failed`) and nothing is
         claimed; :meth:`next_run_time` then has the runner try again after
         :data:`STORE_RETRY` seconds (the store's own reconnection backoff
         having run out).
         """
         try:
             return self._claim_next(now, room)
-        except Exception:
-            if not self._outage:
-                logger.exception("the store cannot be reached; retrying every %gs", STORE_RETRY)
-            self._outage = True
+        except Exception as exc:
+            self._store_failed(exc)
             return None
+
+    def _store_failed(self, exc: Exception) -> None:
+        """A runner's read or claim failed: retry after :data:`STORE_RETRY`, and say
+        what is wrong (the error itself: a corrupt file, a read-only file, a full disk
+        and an unreachable server are different faults), once per distinct error a
+        minute, however the failing and answering calls alternate."""
+        self._outage = True
+        what = f"{type(exc).__name__}: {exc}".strip()
+        seen = self._failure
+        at = time.monotonic()
+        if seen is None or seen[0] != what or at - seen[1] >= FAILURE_REPEAT:
+            self._failure = (what, at)
+            logger.error(
+                "the store failed (%s); retrying every %gs", what, STORE_RETRY, exc_info=exc
+            )
 
     def _claim_next(self, now: Time, room: int | None) -> Held | None:
         local, now = now, self._store_time(now)
@@ -780,7 +797,7 @@ class DurableScheduler(Scheduler):
         if room is None:  # the claim the next pace is measured from
             self._pace_from = (local, len(self._buffer) + (claimed is not None), limit)
         if self._outage:
-            logger.warning("the store is reachable again")
+            logger.warning("the store answers again")
             self._outage = False
         return claimed
 

@@ -346,6 +346,20 @@ def migrate(version: int, steps: list[list[str]], run: Callable[[str], object], 
     return len(steps)
 
 
+def is_current(version: int | None, steps: list[list[str]], where: str) -> bool:
+    """Whether a stored schema ``version`` (``None``: none yet) needs no migration step,
+    so opening the store is a read. Raises :class:`StoreError` for a newer one, as
+    :func:`migrate` does."""
+    if version is None or version < len(steps):
+        return False
+    migrate(version, steps, _no_step, where)
+    return True
+
+
+def _no_step(statement: str) -> None:
+    raise AssertionError(f"no migration step is due, got {statement!r}")
+
+
 class StoreBase(ABC):
     """What the stores share: :meth:`modify` as one :meth:`modify_many` edit, and
     per-thread connections (``_connection``/``close``) for the database stores."""

@@ -49,6 +49,7 @@ from ._base import (
     TaskRow,
     ahead,
     claimed_rows,
+    is_current,
     migrate,
     run_values,
     task_row,
@@ -297,9 +298,23 @@ class PostgresStore(StoreBase):
         return StoreError(f"{self}: {why}: {first}; nothing was changed, try again")
 
     def open(self) -> None:
-        """Create the schema, or migrate an older one forward (under an advisory lock)."""
+        """Create the schema, or migrate an older one forward (under an advisory lock);
+        a current schema is only read (a read-only role can open the store)."""
         p = self._p
         steps = _migrations(p)
+
+        def current(db: psycopg.Connection[Any]) -> int | None:
+            try:
+                found = db.execute(
+                    f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
+                ).fetchone()
+            except errors.UndefinedTable:
+                return None
+            return None if found is None else int(found[0])
+
+        version = self._retrying(current, transaction=False)
+        if is_current(version, steps, str(self)):
+            return
 
         def upgrade(db: psycopg.Connection[Any]) -> None:
             db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{p}schema",))

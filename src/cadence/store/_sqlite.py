@@ -38,6 +38,7 @@ from ._base import (
     TaskRow,
     ahead,
     claimed_rows,
+    is_current,
     migrate,
     run_values,
     task_row,
@@ -221,13 +222,27 @@ class SQLiteStore(StoreBase):
         return until
 
     def open(self) -> None:
-        """Create the schema, or migrate an older one forward, in one transaction.
+        """Create the schema, or migrate an older one forward, in one transaction; a
+        current schema is only read (no write lock: read-only users and commands can
+        open the file while another process holds the write lock).
 
         Raises :class:`StoreError` for a schema newer than this code (rows are
         never deleted or rewritten to make them fit).
         """
         p = self._p
         steps = _migrations(p)
+        try:  # current already (the usual case): a read, no write lock, no write access
+            found = (
+                self._db()
+                .execute(f"SELECT value FROM {p}meta WHERE key = 'schema_version'")
+                .fetchone()
+            )
+        except sqlite3.OperationalError as exc:  # no such table yet: a new file
+            if "no such table" not in str(exc):
+                raise
+            found = None
+        if is_current(None if found is None else int(found[0]), steps, self.path):
+            return
         with self._write() as db:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS {p}meta (key TEXT PRIMARY KEY, value NOT NULL)"
