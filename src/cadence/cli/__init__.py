@@ -20,13 +20,13 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from cadence._types import Status
 from cadence.cli._jobfile import JobFileError, duration, instant, load, local_zone, zone
-from cadence.store import StoreError, open_store
+from cadence.store import Listed, Store, StoreError, open_store
 
 DEFAULT_STORE = "sqlite:///cadence.db"
 
@@ -230,18 +230,16 @@ def _run(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     sched = _scheduler(args.store)
     tz = _zone(args.tz)
-    rows = sched.store.rows()
-    entries = []
-    for row in rows:
-        last = sched.store.outcomes(row.task_id, 1)
+    entries: list[dict[str, Any]] = []
+    for row, latest in _listing(sched.store):
         scheduled = row.status == Status.SCHEDULED and not row.paused
         entries.append({
             "id": row.task_id,
             "status": row.status,
             "paused": row.paused,
             "next": row.due if scheduled else None,
-            "last": last[0].result if last else None,
-            "last_at": last[0].at if last else None,
+            "last": latest.result if latest else None,
+            "last_at": latest.at if latest else None,
             "unreadable": row.unreadable,
         })  # fmt: skip
     if args.json:
@@ -256,6 +254,21 @@ def _status(args: argparse.Namespace) -> int:
         last = "; ".join(notes) or "-"
         print(f"{e['id']:24} {status:10} {_time(e['next'], tz):30} {last}")
     return 0
+
+
+PAGE = 10_000
+"""Rows ``cadence status`` reads per query."""
+
+
+def _listing(store: Store) -> Iterator[Listed]:
+    """Every stored task with its latest outcome, by id: one query per :data:`PAGE`."""
+    after = None
+    while True:
+        page = store.page(after, PAGE)
+        yield from page
+        if len(page) < PAGE:
+            return
+        after = page[-1].row.task_id
 
 
 def _history(args: argparse.Namespace) -> int:

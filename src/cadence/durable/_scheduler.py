@@ -622,16 +622,29 @@ class DurableScheduler(Scheduler):
         Two reads.
         """
         row = self._store.get(task_id) if isinstance(task_id, str) else None
-        return None if row is None else self._info(row)
+        if row is None:
+            return None
+        last = self._store.outcomes(row.task_id, 1)
+        return self._info(row, last[0] if last else None)
 
-    def tasks(self) -> list[TaskInfo]:
-        """As :meth:`cadence.Scheduler.tasks`: every unfinished stored task. O(n) reads.
+    def tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskInfo]:
+        """As :meth:`cadence.Scheduler.tasks`: the unfinished stored tasks, by id.
 
+        Paged for large stores: up to ``limit`` tasks (all: ``None``) whose ids
+        come after ``after`` (pass the last id of a page to get the next). One
+        query, linear in the rows returned (finished rows passed over included).
         A row this process cannot read (corrupt JSON, a schedule kind a newer
         cadence wrote) is listed with ``schedule`` ``None`` (and ``attempt`` 0 if
-        its state is unreadable): one bad row hides no other.
+        its state is unreadable): one bad row hides no other. Raises
+        ``ValueError`` for a ``limit`` below 1.
         """
-        return [self._info(row) for row in self._store.rows() if row.status not in FINISHED]
+        if limit is not None and _validate.count("limit", limit) < 1:
+            raise ValueError(f"limit must be >= 1 or None, got {limit!r}")
+        if after is not None and not isinstance(after, str):
+            raise TypeError(f"after must be a task id (str) or None, got {after!r}")
+        return [
+            self._info(row, last) for row, last in self._store.page(after, limit, unfinished=True)
+        ]
 
     def history(self, task_id: str, limit: int = 20) -> list[OutcomeRow]:
         """The task's latest ``limit`` recorded runs, newest first. One read."""
@@ -686,17 +699,17 @@ class DurableScheduler(Scheduler):
                 self._store_failed(exc)
         return _validate.time_from("the clock", self._clock()) + STORE_RETRY
 
-    def _info(self, row: TaskRow) -> TaskInfo:
+    def _info(self, row: TaskRow, o: OutcomeRow | None) -> TaskInfo:
+        """What ``info`` shows of a stored task, ``o`` its latest outcome. O(1)."""
         status = Status(row.status)
-        last = self._store.outcomes(row.task_id, 1)
         outcome = None
-        if last:
-            o = last[0]
+        if o is not None:
             error = None if o.error is None else StoredError(o.error)
             started = o.finished if o.started is None else o.started
             outcome = RunOutcome(
-                row.task_id, o.at, Result(o.result), error, o.attempt, started, o.skipped
-            )
+                row.task_id, o.at, Result(o.result), error, o.attempt, started, o.skipped,
+                o.value,
+            )  # fmt: skip
         try:
             schedule = None if row.unreadable else _codec.schedule_from(row.spec["schedule"])
         except StoreError:  # a kind a newer cadence wrote (see _refuse)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._base import Change, Edit, Known, OutcomeRow, Store, StoreError, TaskRow
+from ._base import Change, Edit, Known, Listed, OutcomeRow, Store, StoreError, TaskRow
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore
 
@@ -68,6 +68,7 @@ __all__ = [
     "Change",
     "Edit",
     "Known",
+    "Listed",
     "MemoryStore",
     "OutcomeRow",
     "PostgresStore",

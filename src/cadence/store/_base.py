@@ -247,6 +247,22 @@ class OutcomeRow(NamedTuple):
     value: str | None = None
 
 
+class Listed(NamedTuple):
+    """A stored task as listed (:meth:`Store.page`): its row and its latest outcome."""
+
+    row: TaskRow
+    last: OutcomeRow | None
+
+
+def outcome_from(found: Sequence[Any], decode: Callable[[Any], Any] = _same) -> OutcomeRow | None:
+    """The :class:`OutcomeRow` a database store read (:data:`OUTCOME_COLUMNS`, times
+    through ``decode``), or ``None`` for the NULLs of an outer join that found none."""
+    if found[0] is None:
+        return None
+    t, s, a, f, at, r, e, st, fi, sk, o, v = found
+    return OutcomeRow(t, decode(s), a, f, decode(at), r, e, decode(st), decode(fi), sk, o, v)
+
+
 @dataclass(slots=True)
 class Change(Generic[T]):
     """What a :meth:`Store.modify` function decided: a row to write, an outcome, a value.
@@ -531,6 +547,16 @@ class Store(Protocol):
         """Every row, finished ones included, ordered by task id. A row whose stored
         JSON cannot be decoded is listed too, ``unreadable`` (as a claim returns it),
         so one bad row hides no other. O(n)."""
+        ...
+
+    def page(
+        self, after: str | None = None, limit: int | None = None, *, unfinished: bool = False
+    ) -> list[Listed]:
+        """Up to ``limit`` rows (all: ``None``) by task id, after ``after`` (keyset
+        paging: pass the last id of a page for the next), each with its latest
+        outcome; only unfinished ones with ``unfinished``. One query, linear in the
+        rows returned (plus, with ``unfinished``, the finished rows passed over).
+        Unreadable rows are listed as :meth:`rows` lists them."""
         ...
 
     def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:

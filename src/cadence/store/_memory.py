@@ -16,6 +16,7 @@ from ._base import (
     Change,
     Edit,
     Known,
+    Listed,
     OutcomeRow,
     StoreBase,
     TaskRow,
@@ -175,6 +176,26 @@ class MemoryStore(StoreBase):
         """See :meth:`cadence.store.Store.rows`."""
         with self._lock:
             return [self._rows[key].copy() for key in sorted(self._rows)]
+
+    def page(
+        self, after: str | None = None, limit: int | None = None, *, unfinished: bool = False
+    ) -> list[Listed]:
+        """See :meth:`cadence.store.Store.page`: O(n log n) here (a test store)."""
+        with self._lock:
+            keys = sorted(
+                k for k, r in self._rows.items()
+                if (after is None or k > after) and not (unfinished and r.status in FINISHED)
+            )[:limit]  # fmt: skip
+            latest: dict[str, OutcomeRow] = {}
+            for o in self._outcomes.values():
+                best = latest.get(o.task_id)
+                if best is None or (o.slot, o.attempt, o.fence) > (
+                    best.slot,
+                    best.attempt,
+                    best.fence,
+                ):
+                    latest[o.task_id] = o
+            return [Listed(self._rows[k].copy(), latest.get(k)) for k in keys]
 
     def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
         """See :meth:`cadence.store.Store.outcomes`."""

@@ -43,6 +43,7 @@ from ._base import (
     Change,
     Edit,
     Known,
+    Listed,
     OutcomeRow,
     StoreBase,
     StoreError,
@@ -51,6 +52,7 @@ from ._base import (
     claimed_rows,
     is_current,
     migrate,
+    outcome_from,
     run_values,
     task_row,
     write_row,
@@ -649,6 +651,30 @@ class PostgresStore(StoreBase):
         )
         return [task_row(r, _time, lenient=True) for r in found]
 
+    def page(
+        self, after: str | None = None, limit: int | None = None, *, unfinished: bool = False
+    ) -> list[Listed]:
+        """See :meth:`cadence.store.Store.page`: one query; each latest outcome is one
+        index seek (a ``LATERAL`` join)."""
+        p = self._p
+        tasks = ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT {tasks}, o.* FROM {p}tasks t LEFT JOIN LATERAL (SELECT "
+                f"{_OUTCOME_COLUMNS} FROM {p}outcomes WHERE task_id = t.task_id ORDER BY "
+                "slot DESC, attempt DESC, fence DESC LIMIT 1) o ON true "
+                "WHERE (%s::text IS NULL OR t.task_id > %s) AND NOT (%s AND t.status = ANY(%s)) "
+                "ORDER BY t.task_id LIMIT %s",
+                (after, after, unfinished, list(FINISHED), limit),
+            ).fetchall(),
+            transaction=False,
+        )
+        width = len(_COLUMNS.split(","))
+        return [
+            Listed(task_row(r[:width], _time, lenient=True), outcome_from(r[width:], _time))
+            for r in found
+        ]
+
     def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
         """See :meth:`cadence.store.Store.outcomes`."""
         found = self._retrying(
@@ -658,10 +684,7 @@ class PostgresStore(StoreBase):
                 (task_id, limit),
             ).fetchall()
         )
-        return [
-            OutcomeRow(t, _time(s), a, f, _time(at), r, e, _time(st), _time(fi), sk, o, v)
-            for t, s, a, f, at, r, e, st, fi, sk, o, v in found
-        ]
+        return [outcome for found_row in found if (outcome := outcome_from(found_row, _time))]
 
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`cadence.store.Store.prune`."""

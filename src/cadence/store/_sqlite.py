@@ -32,6 +32,7 @@ from ._base import (
     Change,
     Edit,
     Known,
+    Listed,
     OutcomeRow,
     StoreBase,
     StoreError,
@@ -40,6 +41,7 @@ from ._base import (
     claimed_rows,
     is_current,
     migrate,
+    outcome_from,
     run_values,
     task_row,
     write_row,
@@ -456,6 +458,27 @@ class SQLiteStore(StoreBase):
         found = self._db().execute(f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id")
         return [task_row(r, lenient=True) for r in found.fetchall()]
 
+    def page(
+        self, after: str | None = None, limit: int | None = None, *, unfinished: bool = False
+    ) -> list[Listed]:
+        """See :meth:`cadence.store.Store.page`: one query; each latest outcome is one
+        seek of the outcomes' key."""
+        p = self._p
+        found = self._db().execute(
+            f"SELECT {_prefixed('t', _COLUMNS)}, {_prefixed('o', _OUTCOME_COLUMNS)} "
+            f"FROM {p}tasks t LEFT JOIN {p}outcomes o ON o.task_id = t.task_id AND "
+            f"(o.slot, o.attempt, o.fence) = (SELECT slot, attempt, fence FROM {p}outcomes "
+            "WHERE task_id = t.task_id ORDER BY slot DESC, attempt DESC, fence DESC LIMIT 1) "
+            f"WHERE (? IS NULL OR t.task_id > ?) AND NOT (? AND t.status IN {FINISHED}) "
+            "ORDER BY t.task_id LIMIT ?",
+            (after, after, unfinished, -1 if limit is None else limit),
+        )
+        width = len(_COLUMNS.split(","))
+        return [
+            Listed(task_row(r[:width], lenient=True), outcome_from(r[width:]))
+            for r in found.fetchall()
+        ]
+
     def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
         """See :meth:`cadence.store.Store.outcomes`."""
         found = self._db().execute(
@@ -538,6 +561,11 @@ def _create_private(path: str) -> None:
     database file's mode. An existing file is left as it is."""
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
+def _prefixed(table: str, columns: str) -> str:
+    """``columns`` (comma-separated) qualified by ``table``."""
+    return ", ".join(f"{table}.{name.strip()}" for name in columns.split(","))
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
