@@ -228,8 +228,8 @@ def test_tasks_are_listed_in_one_query_by_pages_with_their_last_outcome(
     assert [t.last_outcome.at for t in listed] == [clock() + 10] * 5  # type: ignore[union-attr]
     assert [t.last_outcome.value for t in listed] == ["1", "2", "3", "4", "5"]  # type: ignore[union-attr]
     first = sched.tasks(limit=2)
-    second = sched.tasks(after=first[-1].task_id, limit=2)
-    rest = sched.tasks(after=second[-1].task_id)
+    second = sched.tasks(after=str(first[-1].task_id), limit=2)
+    rest = sched.tasks(after=str(second[-1].task_id))
     assert [t.task_id for t in first + second + rest] == [t.task_id for t in listed]
     assert [row.task_id for row, _ in store.page()] == ["gone", "t0", "t1", "t2", "t3", "t4"]
     with pytest.raises(ValueError, match="limit must be >= 1"):
