@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
+import shutil
 import sqlite3
 import sys
 import threading
@@ -234,6 +235,80 @@ def test_tasks_are_listed_in_one_query_by_pages_with_their_last_outcome(
     assert [row.task_id for row, _ in store.page()] == ["gone", "t0", "t1", "t2", "t3", "t4"]
     with pytest.raises(ValueError, match="limit must be >= 1"):
         sched.tasks(limit=0)
+
+
+def test_a_store_written_before_the_action_index_opens_migrates_and_runs(
+    tmp_path: Path,
+) -> None:
+    """``tests/fixtures/schema1.db`` was written by cadence as it stood before schema 2
+    (a fixed-rate task that ran once, and a command job stored as
+    ``cadence.cli._command:run_command``): it opens, migrates to the action index,
+    and both tasks run, the fixed-rate one from where it was."""
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parents[1] / "fixtures" / "schema1.db", path)
+    clock = ManualClock(1_800_000_000 + 60)
+    sched = DurableScheduler(SQLiteStore(path), clock=clock, imports=True)
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT value FROM cadence_meta WHERE key = 'schema_version'"
+                          ).fetchone() == (2,)  # fmt: skip
+        indexes = {name for (name,) in db.execute("SELECT name FROM sqlite_master "
+                                                  "WHERE type = 'index'")}  # fmt: skip
+    finally:
+        db.close()
+    assert "cadence_due_by_action" in indexes
+    assert "cadence_due" not in indexes
+    assert [h.slot for h in sched.history("every-minute")] == [1_800_000_000]
+    done = {(o.task_id, o.at, str(o.result), o.value) for o in sched.tick(clock())}
+    assert done == {
+        ("every-minute", 1_800_000_060, "ok", 5),
+        ("report", 1_800_000_030, "ok", "hi\n"),
+    }
+
+
+def test_a_claim_costs_nothing_per_due_row_of_an_action_it_cannot_run(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A shared store's backlog of another service's action (that service is down):
+    a node's claim and next_due read only its own actions' ranges of the index.
+    Counted in SQLite VM steps, not seconds: flat in those rows (they walked the due
+    order past every one of them: 353 ms a claim beside 10^5)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    sched = DurableScheduler(store, clock=clock)
+    other = DurableScheduler(store, clock=clock)
+    sched.register("mine", jobs.noop)
+    other.register("theirs", jobs.noop)
+    for i in range(40):
+        sched.schedule_once(f"m{i}", 0, "mine")
+    db = store._db()
+
+    def steps() -> int:
+        count = 0
+
+        def tick() -> int:
+            nonlocal count
+            count += 1
+            return 0
+
+        db.set_progress_handler(tick, 10)
+        try:
+            store.next_due(sched.node, sched._known())
+            [row] = store.claim(sched.node, clock(), 1, 30, sched._known())
+            assert row.action == "mine"
+        finally:
+            db.set_progress_handler(None, 10)
+        return count
+
+    alone = steps()
+    with db:  # 5,000 due rows of the other action, older than all of ours
+        db.executemany(
+            "INSERT INTO cadence_tasks SELECT ?, 'theirs', spec, state, status, paused, "
+            "due - 1000, priority, seq, fence, owner, lease_until, expiries, version "
+            "FROM cadence_tasks WHERE task_id = 'm39'",
+            [(f"t{i}",) for i in range(5_000)],
+        )
+    beside = steps()
+    assert beside < alone * 1.5, (alone, beside)
 
 
 def test_a_monotonic_clock_is_refused(store: Store) -> None:

@@ -322,6 +322,17 @@ class Known(NamedTuple):
             )
         )
 
+    def actions(self, stored: Callable[[], Collection[str]]) -> list[str]:
+        """The actions whose runs a claim looks for, each through its own range of the
+        ``(action, due, priority, seq)`` index, so that rows of actions this node
+        cannot run cost it nothing: its ``names`` (not broken), and, if ``prefixes``
+        admit import paths, those of the ``stored`` actions (read only then: a loose
+        index scan, O(distinct actions x log n)) that they admit. Sorted."""
+        found = {name for name in self.names if name not in self.broken}
+        if self.prefixes:
+            found.update(action for action in stored() if action in self)
+        return sorted(found)
+
     def paths_sql(self, mark: str) -> tuple[str, list[Any]]:
         """The SQL condition (``mark``: the store's parameter mark) and parameters for
         "an import path these ``prefixes`` admit", on a column ``action``: one

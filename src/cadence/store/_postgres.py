@@ -61,7 +61,7 @@ from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RETRIES = 5
 """Attempts of one transaction that hit a unique violation or a lost connection."""
 LOCK_TIMEOUT = 5.0
@@ -120,6 +120,11 @@ def _migrations(p: str) -> list[list[str]]:
                 PRIMARY KEY (task_id, slot, attempt, fence)
             )""",
             f"CREATE SEQUENCE {p}seq",
+        ],
+        [  # claims read each action's own range (see Known.actions, and SQLite's step)
+            f"DROP INDEX IF EXISTS {p}due",
+            f"CREATE INDEX {p}due_by_action ON {p}tasks (action, due, priority, seq) "
+            "WHERE status = 'scheduled' AND NOT paused",
         ],
     ]
 
@@ -555,15 +560,18 @@ class PostgresStore(StoreBase):
         p = self._p
         where, params = _known(known)
         until = _num(now + lease)
-        due = db.execute(
-            f"WITH due_runs AS MATERIALIZED (SELECT task_id FROM {p}tasks "
-            f"WHERE status = 'scheduled' AND NOT paused AND due <= %s AND {where} "
-            "ORDER BY due, priority, seq LIMIT %s FOR UPDATE SKIP LOCKED) "
-            f"UPDATE {p}tasks t SET status = 'running', owner = %s, lease_until = %s, "
-            f"fence = t.fence + 1 FROM due_runs WHERE t.task_id = due_runs.task_id "
-            f"RETURNING {_returning()}",
-            (_num(now), *params, limit, node, until),
-        ).fetchall()
+        actions = known.actions(lambda: self._stored_actions(db))
+        due = (
+            db.execute(
+                f"WITH due_runs AS MATERIALIZED ({_due_sql(p, 'task_id', claim=True)}) "
+                f"UPDATE {p}tasks t SET status = 'running', owner = %s, lease_until = %s, "
+                f"fence = t.fence + 1 FROM due_runs WHERE t.task_id = due_runs.task_id "
+                f"RETURNING {_returning()}",
+                (actions, _num(now), list(known.refused), limit, limit, node, until),
+            ).fetchall()
+            if actions
+            else []
+        )
         expired = (
             []
             if len(due) >= limit
@@ -607,11 +615,15 @@ class PostgresStore(StoreBase):
         where, params = _known(known)
 
         def work(db: psycopg.Connection[Any]) -> Time | None:
-            due = db.execute(
-                f"SELECT due FROM {p}tasks WHERE status = 'scheduled' AND NOT paused "
-                f"AND {where} ORDER BY due, priority, seq LIMIT 1",
-                params,
-            ).fetchone()
+            actions = known.actions(lambda: self._stored_actions(db))
+            due = (
+                db.execute(
+                    _due_sql(p, "due", claim=False),
+                    (actions, list(known.refused), 1, 1),
+                ).fetchone()
+                if actions
+                else None
+            )
             lease = db.execute(
                 f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL "
                 f"AND (%s OR owner != %s) AND status IN ('queued', 'running') AND {where} "
@@ -622,6 +634,18 @@ class PostgresStore(StoreBase):
             return min(times, default=None)
 
         return self._retrying(work)
+
+    def _stored_actions(self, db: psycopg.Connection[Any]) -> list[str]:
+        """The distinct actions of the claimable rows: a loose scan of the action index
+        (one seek per action, whatever the rows)."""
+        p = self._p
+        head = f"FROM {p}tasks WHERE status = 'scheduled' AND NOT paused"
+        found = db.execute(
+            f"WITH RECURSIVE a(x) AS ((SELECT action {head} ORDER BY action LIMIT 1) "
+            f"UNION ALL SELECT (SELECT action {head} AND action > a.x ORDER BY action LIMIT 1) "
+            "FROM a WHERE a.x IS NOT NULL) SELECT x FROM a WHERE x IS NOT NULL"
+        ).fetchall()
+        return [action for (action,) in found]
 
     def get(self, task_id: str) -> TaskRow | None:
         """See :meth:`cadence.store.Store.get`."""
@@ -724,6 +748,25 @@ class PostgresStore(StoreBase):
             self._listener = None
             self._notified += 1
         return self._notified
+
+
+@functools.lru_cache(maxsize=8)
+def _due_sql(p: str, column: str, *, claim: bool) -> str:
+    """The earliest runs of a list of actions, each action through its own range of
+    the action index (a ``LATERAL`` join), then the earliest of all in ``(due,
+    priority, seq)`` order; ``column`` of each. Parameters: the actions, with
+    ``claim`` ``now`` (only runs due by then, locked ``FOR UPDATE SKIP LOCKED``:
+    rows an action's range locked beyond the limit stay locked only to the end of
+    the statement's transaction), the refused ids, the limit per action, the
+    limit."""
+    bound, locking = ("AND due <= %s ", " FOR UPDATE SKIP LOCKED") if claim else ("", "")
+    return (
+        f"SELECT c.{column} FROM unnest(%s::text[]) AS n(action) CROSS JOIN LATERAL "
+        f"(SELECT task_id, due, priority, seq FROM {p}tasks WHERE action = n.action "
+        f"AND status = 'scheduled' AND NOT paused {bound}"
+        "AND NOT task_id = ANY(%s) ORDER BY due, priority, seq LIMIT %s"
+        f"{locking}) c ORDER BY c.due, c.priority, c.seq LIMIT %s"
+    )
 
 
 def _outcome_values(o: OutcomeRow) -> tuple[Any, ...]:

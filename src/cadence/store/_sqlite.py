@@ -50,7 +50,7 @@ from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this code writes; an older one is migrated forward, a newer one refused."""
 
 BUSY_TIMEOUT = 30.0
@@ -110,6 +110,14 @@ def _migrations(p: str) -> list[list[str]]:
                 PRIMARY KEY (task_id, slot, attempt, fence)
             ) WITHOUT ROWID""",
             f"INSERT OR IGNORE INTO {p}meta VALUES ('seq', 0)",
+        ],
+        [
+            # Claims read each action's own range (see Known.actions): rows of actions a
+            # node cannot run cost its claims nothing (they walked the due order past
+            # them: 63 ms a claim beside 10^5 such rows)
+            f"DROP INDEX IF EXISTS {p}due",
+            f"CREATE INDEX {p}due_by_action ON {p}tasks (action, due, priority, seq) "
+            "WHERE status = 'scheduled' AND paused = 0",
         ],
     ]
 
@@ -375,13 +383,19 @@ class SQLiteStore(StoreBase):
         p = self._p
         where, params = _known(known)
         until = self._until(db, now, lease)
-        due = db.execute(
-            f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
-            f"fence = fence + 1 WHERE task_id IN (SELECT task_id FROM {p}tasks "
-            f"WHERE status = 'scheduled' AND paused = 0 AND due <= ? AND {where} "
-            f"ORDER BY due, priority, seq LIMIT ?) RETURNING {_COLUMNS}",
-            (node, until, now, *params, limit),
-        ).fetchall()
+        actions = known.actions(lambda: self._stored_actions(db))
+        refused = list(known.refused)
+        due = (
+            db.execute(
+                f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
+                f"fence = fence + 1 WHERE task_id IN (SELECT task_id FROM "
+                f"({_due_sql(p, len(actions), len(refused))})) "
+                f"RETURNING {_COLUMNS}",
+                (node, until, *_due_params(actions, now, refused, limit), limit),
+            ).fetchall()
+            if actions
+            else []
+        )
         expired = (
             []
             if len(due) >= limit
@@ -423,11 +437,18 @@ class SQLiteStore(StoreBase):
         p = self._p
         where, params = _known(known)
         db = self._db()
-        due = db.execute(
-            f"SELECT due FROM {p}tasks WHERE status = 'scheduled' AND paused = 0 AND {where} "
-            "ORDER BY due, priority, seq LIMIT 1",
-            params,
-        ).fetchone()
+        actions = known.actions(lambda: self._stored_actions(db))
+        refused = list(known.refused)
+        due = (
+            db.execute(
+                f"SELECT min(due) FROM ({_due_sql(p, len(actions), len(refused))})",
+                (*_due_params(actions, None, refused, 1), 1),
+            ).fetchone()
+            if actions
+            else None
+        )
+        if due is not None and due[0] is None:
+            due = None
         lease = db.execute(
             f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL AND (? OR owner != ?) "
             f"AND status IN ('queued', 'running') AND {where} ORDER BY lease_until LIMIT 1",
@@ -435,6 +456,18 @@ class SQLiteStore(StoreBase):
         ).fetchone()
         times = [found[0] for found in (due, lease) if found is not None]
         return min(times, default=None)
+
+    def _stored_actions(self, db: sqlite3.Connection) -> list[str]:
+        """The distinct actions of the claimable rows: a loose scan of the action index
+        (one seek per action, whatever the rows)."""
+        p = self._p
+        head = f"FROM {p}tasks WHERE status = 'scheduled' AND paused = 0"
+        found = db.execute(
+            f"WITH RECURSIVE a(x) AS (SELECT (SELECT min(action) {head}) UNION ALL "
+            f"SELECT (SELECT min(action) {head} AND action > a.x) FROM a WHERE a.x IS NOT NULL) "
+            "SELECT x FROM a WHERE x IS NOT NULL"
+        )
+        return [action for (action,) in found.fetchall()]
 
     def get(self, task_id: str) -> TaskRow | None:
         """See :meth:`cadence.store.Store.get`."""
@@ -545,6 +578,34 @@ def _expected_sql(p: str, rows: int) -> str:
         f"WHERE {p}tasks.task_id = v.task_id AND {p}tasks.fence = v.fence "
         f"AND {p}tasks.version = v.version RETURNING {p}tasks.task_id"
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _due_sql(p: str, actions: int, refused: int) -> str:
+    """The ids of the earliest due runs of ``actions`` actions (parameters: see
+    :func:`_due_params`), each action through its own range of the action index, at
+    most a limit each, then the earliest of all in ``(due, priority, seq)`` order."""
+    skip = f" AND task_id NOT IN ({','.join('?' * refused)})" if refused else ""
+    arm = (
+        f"SELECT * FROM (SELECT task_id, due, priority, seq FROM {p}tasks WHERE action = ? "
+        f"AND status = 'scheduled' AND paused = 0 AND due <= ?{skip} "
+        "ORDER BY due, priority, seq LIMIT ?)"
+    )
+    arms = " UNION ALL ".join([arm] * actions)
+    return f"SELECT task_id, due FROM ({arms}) ORDER BY due, priority, seq LIMIT ?"
+
+
+def _due_params(
+    actions: Sequence[str], now: Time | None, refused: Sequence[str], limit: int
+) -> list[Any]:
+    """:func:`_due_sql`'s parameters but the last (the overall limit): per action, the
+    action, ``now`` (``None``: any time, as a large number), the refused ids and
+    ``limit``."""
+    upto = 9e999 if now is None else now
+    params: list[Any] = []
+    for action in actions:
+        params += (action, upto, *refused, limit)
+    return params
 
 
 @functools.lru_cache(maxsize=256)
