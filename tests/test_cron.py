@@ -13,8 +13,10 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cadence import ManualClock, Misfire, Scheduler
+from cadence import FixedRate, ManualClock, Misfire, Scheduler
 from cadence.cron import Cron
 
 BERLIN, NEW_YORK = ZoneInfo("Europe/Berlin"), ZoneInfo("America/New_York")
@@ -107,3 +109,74 @@ def test_seconds_field() -> None:
     t = epoch(ZoneInfo("UTC"), 2026, 1, 1, 0, 0)
     assert [cron.next_after(t + i) - t for i in (0, 20, 39)] == [20, 40, 40]
     assert timedelta(seconds=cron.next_after(t) - t) == timedelta(seconds=20)
+
+
+# -- jumping over a backlog: as many runs as stepping finds, at no cost per run ---
+
+EXPRESSIONS = ["0 * * * *", "*/15 * * * *", "30 2 * * *", "0 9 * * MON-FRI", "0 0 L * *",
+               "15 1-3 * * SUN", "0 12 1,15 * *", "*/20 2 * 3,10 *", "0 0 29 2 *"]  # fmt: skip
+ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"]
+
+
+def _stepped(cron: Cron, a: int, b: int) -> list[int]:
+    """The oracle: the run times in (a, b], one next_after at a time."""
+    found, t = [], a
+    while (t := cron.next_after(t)) <= b:
+        found.append(t)
+    return found
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    expression=st.sampled_from(EXPRESSIONS),
+    tz=st.sampled_from(ZONES),
+    start=st.integers(1_767_225_600, 1_830_297_600),  # 2026-2028
+    span=st.integers(0, 40 * 86_400),
+    keep=st.integers(0, 5),
+)
+def test_counting_and_the_last_runs_match_stepping(
+    expression: str, tz: str, start: int, span: int, keep: int
+) -> None:
+    cron = Cron(expression, tz=tz)
+    stepped = _stepped(cron, start, start + span)
+    assert cron.count_between(start, start + span) == len(stepped)
+    assert cron.last_runs(start + span, keep, start) == stepped[max(0, len(stepped) - keep) :]
+
+
+def test_a_year_behind_a_coalesced_minutely_job_is_one_run_decided_without_stepping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``* * * * *`` with COALESCE, a year behind: one run, every other slot skipped
+    and counted, and the decision jumps (it stepped 525,600 times: 58 s, past a
+    lease)."""
+    start = epoch(BERLIN, 2026, 1, 1, 0, 0)
+    clock = ManualClock(start)
+    sched = Scheduler(clock=clock)
+    sched.schedule("c", Cron("* * * * *", tz="Europe/Berlin"), lambda at: None,
+                   misfire=Misfire.COALESCE)  # fmt: skip
+    steps = 0
+    original = Cron.next_after
+
+    def counted(self: Cron, t: float) -> int:
+        nonlocal steps
+        steps += 1
+        return original(self, t)
+
+    monkeypatch.setattr(Cron, "next_after", counted)
+    year = epoch(BERLIN, 2027, 1, 1, 0, 0) - start
+    [outcome] = sched.tick(clock.advance(year))
+    assert outcome.at == start + year
+    # every minute but the one that ran, less the 60 that spring-forward folds into
+    # 03:00 (02:00-02:59 do not exist; with 03:00 they are one run)
+    assert outcome.skipped == year // 60 - 60 - 1
+    assert steps < 5_000  # two DST days are stepped (1,440 runs each), no other
+
+
+def test_fixed_rate_skips_a_backlog_in_one_step() -> None:
+    clock = ManualClock(0)
+    sched = Scheduler(clock=clock)
+    sched.schedule("r", FixedRate(0.1), lambda at: None, misfire=Misfire.bounded(2))
+    sched.tick(0)
+    outcomes = sched.tick(clock.advance(10**6 + 0.05))  # ten million slots behind
+    assert [round(o.at, 6) for o in outcomes] == [999_999.9, 1_000_000.0]
+    assert outcomes[0].skipped == 10**7 - 2

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cadence import (
     Backoff,
@@ -428,3 +430,28 @@ def test_a_schedule_that_raises_fails_its_task() -> None:
     assert outcome.result is Result.FAILED
     assert isinstance(outcome.error, ValueError)
     assert sched.status("b") is Status.FAILED
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    first=st.integers(-1000, 1000) | st.floats(-1000, 1000),
+    period=st.integers(1, 50) | st.floats(0.001, 50),
+    ahead=st.integers(0, 2000) | st.floats(0, 2000),
+    keep=st.integers(0, 4),
+)
+def test_fixed_rate_skip_matches_stepping(first: float, period: float, ahead: float,
+                                          keep: int) -> None:  # fmt: skip
+    """``skip`` (a jump) finds the slots stepping finds: as many, the same last ones,
+    and leaves the cursor where stepping would."""
+    now = first + ahead
+    jumped = FixedRate(period, start=first).start(first)
+    walker = FixedRate(period, start=first).start(first)
+    assert jumped.next(first) == walker.next(first)  # both at the first slot
+    found = []
+    while (slot := walker.next(now)) <= now:
+        found.append(slot)
+    stepped = slot
+    count, tail = jumped.skip(now, keep)  # type: ignore[attr-defined]
+    assert count == len(found)
+    assert tail == found[max(0, len(found) - keep) :]
+    assert jumped.next(now) == stepped

@@ -520,7 +520,8 @@ class Engine:
         with every other run (or the task is finished, if its schedule
         ended), and False. A cursor that fails here turns the claimed run
         into one that fails with its error (see :meth:`_break`): the error
-        surfaces on that run's outcome. O(due slots).
+        surfaces on that run's outcome. O(due slots), or what the cursor's
+        ``skip`` costs if it has one (built-in schedules: not per slot).
         """
         cursor = plan.cursor
         if cursor is None:  # rescheduled to a one-off: nothing to skip
@@ -529,6 +530,13 @@ class Engine:
         due: deque[Time] = deque([first], maxlen=plan.misfire)  # maxlen 0 keeps none
         count = 1
         try:
+            skip = getattr(cursor, "skip", None)
+            if skip is not None:  # jump over the backlog (see Cursor.skip)
+                skipped, tail = skip(now, max(plan.misfire or 0, 1))
+                if skipped:
+                    count += skipped
+                    due.extend(tail)
+                    plan.slot = tail[-1]
             nxt = cursor.next(now)
             while nxt is not None and _later(plan.slot, nxt, plan.slot) <= now:
                 plan.slot = nxt

@@ -27,6 +27,13 @@ class Cursor(Protocol):
         time) and then each time a run completes (``now`` is the completion
         time), and by misfire policies to step over missed slots. Called under
         the scheduler's lock: it must be quick and must not call the scheduler.
+
+        A cursor may also have ``skip(now, keep) -> (count, last)``: advance past
+        every run time up to ``now`` at once, returning how many there were and the
+        last ``keep`` of them, oldest first. Misfire policies that skip
+        (``COALESCE``, ``SKIP``, ``bounded(k)``) use it instead of stepping, so a
+        backlog costs what ``skip`` costs, not a step per missed slot
+        (``FixedRate``: O(keep); ``Cron``: O(days)).
         """
         ...
 

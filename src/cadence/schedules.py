@@ -142,6 +142,20 @@ class _RateCursor:
         self.slot += 1
         return self.first + self.slot * self.period
 
+    def skip(self, now: Time, keep: int) -> tuple[int, list[Time]]:
+        """Advance past every slot up to ``now``: how many there were, and the last
+        ``keep`` of them (see :meth:`cadence.schedules.Cursor.skip`). O(keep)."""
+        first, period = self.first, self.period
+        last = self.slot + max(0, int((now - first) / period) - self.slot)
+        while first + (last + 1) * period <= now:  # float division may round either way
+            last += 1
+        while last > self.slot and first + last * period > now:
+            last -= 1
+        count = last - self.slot
+        tail = [first + k * period for k in range(max(self.slot + 1, last - keep + 1), last + 1)]
+        self.slot = last
+        return count, tail
+
     def state(self) -> list[Time]:
         """Where this cursor is, as JSON-compatible data: ``[first, slot index]``."""
         return [self.first, self.slot]
