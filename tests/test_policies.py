@@ -447,8 +447,8 @@ def test_fixed_rate_skip_matches_stepping(first: float, period: float, ahead: fl
     jumped = FixedRate(period, start=first).start(first)
     walker = FixedRate(period, start=first).start(first)
     assert jumped.next(first) == walker.next(first)  # both at the first slot
-    found = []
-    while (slot := walker.next(now)) <= now:
+    found: list[float] = []
+    while (slot := walker.next(now)) is not None and slot <= now:
         found.append(slot)
     stepped = slot
     count, tail = jumped.skip(now, keep)  # type: ignore[attr-defined]
