@@ -289,3 +289,33 @@ def test_statements_the_server_cancels_leak_no_connection_and_answer_fast(
         assert backends[0] <= 2, backends
         assert sched.pause("x")  # the same connection, healthy
     store.close()
+
+
+def test_a_node_whose_wall_clock_steps_after_it_connected_keeps_the_servers_time(
+    nodes: Cluster, tmp_path: Path
+) -> None:
+    """The node's wall clock steps an hour forward, then an hour back, after it
+    connected: it starts no run early, takes no live lease, keeps its own run's lease,
+    and runs what is due on time. (Its offset to the server was measured once, on the
+    wall clock: forward, it ran a task due an hour later at once; back, its leases
+    were written expired and another node started its run again; alone, a task due
+    in 2 s did not run within 15 s.)"""
+    step = tmp_path / "step"
+    step.write_text("0")
+    nodes.sched.schedule_once("long", 0, EFFECT, args=[])
+    nodes.sched.schedule_once("later", 600, EFFECT, args=[])
+    node = nodes.spawn(LEASE="1", EFFECT_SLEEP="4", CLOCK_STEP_FILE=str(step))
+    wait_until(lambda: "long" in {key.split("@")[0] for key in nodes.starts()}, timeout=20)
+    step.write_text("3600")  # forward, mid-run
+    time.sleep(1.5)
+    step.write_text("-3600")  # and back, still mid-run
+    nodes.spawn(LEASE="1")  # another node, watching for expired leases
+    wait_until(lambda: nodes.done(["long"]), timeout=20)
+    assert sum(nodes.starts().values()) == 1  # "later" not started early, "long" once
+    nodes.sched.schedule_once("soon", 2, EFFECT, args=[])
+    nodes.kill(nodes.procs[1])  # alone again, its clock an hour back
+    began = time.monotonic()
+    wait_until(lambda: nodes.done(["soon"]), timeout=20)
+    assert time.monotonic() - began < 8
+    assert str(node.pid) in (nodes.sched.history("soon")[0].owner or "")
+    assert "later" not in {key.split("@")[0] for key in nodes.starts()}

@@ -124,6 +124,27 @@ def test_a_write_lock_held_past_the_lease_takes_no_run_from_a_healthy_node(
     cluster.check(["long"])
 
 
+def test_a_clock_stepped_back_stretches_no_lease(cluster: Cluster, tmp_path: Path) -> None:
+    """Both nodes' wall clocks step back an hour, and the holder is SIGKILLed at once:
+    the other node sees the step, gives the leases written before it back their
+    length, and takes the run over within about a lease (it waited the hour out:
+    leases are times written on the nodes' wall clocks, and heartbeats were paced
+    on them too)."""
+    step = tmp_path / "step"
+    step.write_text("0")
+    cluster.sched.schedule_once("x", 0, EFFECT, args=[])
+    holder = cluster.spawn(LEASE="3", EFFECT_SLEEP="60", CLOCK_STEP_FILE=str(step))
+    wait_until(cluster.starts, timeout=10)
+    cluster.spawn(LEASE="3", CLOCK_STEP_FILE=str(step))
+    time.sleep(1.0)  # the second node is up
+    step.write_text("-3600")
+    cluster.kill(holder)
+    began = time.monotonic()
+    wait_until(lambda: cluster.done(["x"]), timeout=30)
+    assert time.monotonic() - began < 15
+    assert sum(cluster.starts().values()) == 2  # the killed holder's, and the taker's
+
+
 def test_restart_after_ten_periods_of_downtime_applies_misfire_once(cluster: Cluster) -> None:
     """All workers down for ten periods, then two restarted (see ``cluster.downtime``)."""
     cluster.downtime()

@@ -3,7 +3,8 @@
 ``python -m tests.durable.worker DB`` runs due tasks until SIGTERM (or for
 $RUN_FOR seconds); DB is a SQLite file, or ``pg:PREFIX`` for the tables with
 that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
-(seconds) sets the node's clock that far off. $ACTIONS registers names
+(seconds) sets the node's clock that far off; $CLOCK_STEP_FILE steps its wall clock
+(``time.time``) by the seconds written there. $ACTIONS registers names
 (``name=module:function,...``), as a deployed version of an application
 would. $LEASE sets the lease (seconds); on PostgreSQL, $FREEZE and $PG_TIMEOUT
 freeze the node inside a transaction (see ``_postgres``); $KILL_AT makes the
@@ -99,8 +100,26 @@ def _postgres(prefix: str) -> Any:
     )  # fmt: skip
 
 
+def _steppable_wall_clock(path: str) -> None:
+    """Make this process's wall clock (``time.time``) step by the seconds written in
+    ``path`` (read at each call): NTP stepping a drifted VM, a laptop waking. The
+    monotonic clock is left alone, as the kernel leaves it."""
+    real = time.time
+
+    def stepped() -> float:
+        try:
+            with open(path) as f:
+                return real() + float(f.read() or 0)
+        except (OSError, ValueError):
+            return real()
+
+    time.time = stepped
+
+
 def main() -> None:
     target = sys.argv[1]
+    if os.environ.get("CLOCK_STEP_FILE"):
+        _steppable_wall_clock(os.environ["CLOCK_STEP_FILE"])
     store: Any
     if target.startswith("pg:"):  # PostgreSQL ($CADENCE_PG_DSN), tables with this prefix
         store = _postgres(target[3:])

@@ -231,6 +231,8 @@ class DurableScheduler(Scheduler):
         self._pace = 1  # runs a runner without a pool claims next (see _paced)
         self._pace_from: tuple[Time, int, int] | None = None
         store.open()
+        if store.now() is not None:  # time is the store's: runners wait on it too
+            self._clock = self._store_clock
 
     def __repr__(self) -> str:
         return f"<DurableScheduler store={self._store!r} node={self._node!r}>"
@@ -748,6 +750,15 @@ class DurableScheduler(Scheduler):
         if now is None:
             now = self._store_time(_validate.time_from("the clock", self._clock()))
         return super()._first(when, now)
+
+    def _store_clock(self) -> Time:
+        """The clock of a scheduler whose store keeps time (a database server): the
+        store's, so that runners sleep and wake by the time claims are decided by,
+        whatever this host's wall clock does."""
+        own = self._store.now()
+        if own is None:
+            raise RuntimeError(f"{self._store!r} stopped keeping time")
+        return own
 
     def _store_time(self, now: Time) -> Time:
         """``now`` on the store's clock: the store's own time if it keeps one."""
@@ -1290,8 +1301,8 @@ class DurableScheduler(Scheduler):
     def _keep(self) -> None:
         """The heartbeat thread: renew leases every ``lease / 3``; wake runners on writes."""
         beat_every = self._lease / 3
-        last_beat = -float("inf")
-        seen = None
+        last_beat = -float("inf")  # monotonic: a step of the wall clock stops no heartbeat
+        last_read: tuple[Time, float] | None = None  # (clock, monotonic) at the last loop
         # Listing the stored actions reads every live row (O(tasks)): on a thread of its
         # own, so that no lease waits for it
         self._thread(self._warn_unknown, "cadence-actions").start()
@@ -1301,19 +1312,42 @@ class DurableScheduler(Scheduler):
             try:
                 # Blocks up to `interval` on a store that hears of changes (PostgreSQL's
                 # LISTEN): another node's write wakes this one at once.
-                version = self._store.changes(interval)
+                self._store.changes(interval)
                 now = _validate.time_from("the clock", self._clock())
-                if now - last_beat >= beat_every:
+                mono = time.monotonic()
+                if last_read is not None:
+                    self._check_step(now - last_read[0] - (mono - last_read[1]), now)
+                last_read = (now, mono)
+                if mono - last_beat >= beat_every:
                     self._heartbeat(now)
-                    last_beat = now
-                if version != seen:
-                    seen = version
-                    head = self._wake_time()
-                    if head is not None:
-                        self._wake(head)
+                    last_beat = mono
+                # The head, every poll (one indexed read): a write another node made
+                # for later is not notified, and nothing else would tell this one
+                head = self._wake_time()
+                if head is not None:
+                    self._wake(head)
             except Exception:
                 logger.exception("heartbeat failed; retrying")
             self._keeper_stop.wait(max(0.0, interval - (time.monotonic() - began)))
+
+    def _check_step(self, jump: float, now: Time) -> None:
+        """The scheduler's clock moved ``jump`` seconds more than the monotonic clock
+        since the last look: the host's wall clock stepped (NTP correcting a drifted
+        VM, a laptop waking). A step back of more than two leases is acted on (a
+        shorter one stretches a lease by less than that): the leases written before
+        it, by this node or by one that died since, would last ``-jump`` too long,
+        so the store gives them back their length
+        (:meth:`~cadence.store.Store.shift_leases`; a store that keeps its own time
+        needs nothing). A manual clock's moves are a test's."""
+        if jump >= -2 * self._lease or hasattr(self._clock, "on_change"):
+            return
+        back = -jump
+        logger.warning(
+            "the clock stepped back by %.1fs; shortening the leases written before", back
+        )
+        shift = getattr(self._store, "shift_leases", None)
+        if shift is not None and self._store.now() is None:
+            shift(now + back / 2, back)
 
     def _warn_unknown(self) -> None:
         """Say which stored actions this process will leave to others (it cannot run them)."""

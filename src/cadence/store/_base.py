@@ -537,6 +537,15 @@ class Store(Protocol):
         """
         ...
 
+    def shift_leases(self, beyond: Time, by: Time) -> int:
+        """Shorten by ``by`` every lease of a run in flight that ends after ``beyond``;
+        how many. For a store that takes its callers' time (:meth:`now` is ``None``),
+        after the host's wall clock stepped back by ``by``: the leases written before
+        the step would otherwise last that much too long (a dead holder's run would
+        wait the step out). A node that sees the step calls it; a store that keeps
+        its own time changes nothing."""
+        ...
+
     def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
         """The earliest time something may become claimable for ``node``: the
         earliest due run, or the earliest expiry of another node's lease; with

@@ -145,6 +145,19 @@ class MemoryStore(StoreBase):
                     owned[task_id] = (row.fence, row.status)
             return owned
 
+    def shift_leases(self, beyond: Time, by: Time) -> int:
+        """See :meth:`cadence.store.Store.shift_leases`. O(n)."""
+        with self._lock:
+            moved = [
+                r for r in self._rows.values()
+                if r.status in LEASED and r.lease_until is not None and r.lease_until > beyond
+            ]  # fmt: skip
+            for r in moved:
+                assert r.lease_until is not None
+                r.lease_until -= by
+                r.version += 1
+            return len(moved)
+
     def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
         """See :meth:`cadence.store.Store.next_due`."""
         with self._lock:

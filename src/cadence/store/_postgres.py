@@ -78,6 +78,8 @@ lease (30 s)."""
 CANCELLED = (errors.QueryCanceled, errors.LockNotAvailable)
 """Statements the server cancelled: their transaction is rolled back, their
 connection healthy."""
+REMEASURE = 30.0
+"""Seconds after which a node measures its clock's offset from the server's again."""
 SOON = 1.0
 """A write whose new due time is within this many seconds notifies the other nodes."""
 
@@ -208,7 +210,8 @@ class PostgresStore(StoreBase):
         self.conninfo = conninfo
         self._p = prefix
         self._clock = clock
-        self._offset = 0.0
+        self._offset = 0.0  # the server's epoch time minus our monotonic time
+        self._measured = -float("inf")  # when (monotonic) it was last measured
         self._listener: psycopg.Connection[Any] | None = None
         self._notified = 0
         self._channel = f"{prefix}due"
@@ -249,12 +252,16 @@ class PostgresStore(StoreBase):
         return db
 
     def _measure_offset(self, db: psycopg.Connection[Any]) -> None:
-        """The server's clock minus ours, at the middle of a round trip."""
-        before = time.time()
+        """The server's clock against our monotonic clock, at the middle of a round
+        trip: the server's time is then that reading plus the monotonic time since,
+        so a step of this host's wall clock (NTP correcting a drifted VM, a laptop
+        waking) changes nothing; it is measured again every :data:`REMEASURE` s."""
+        before = time.monotonic()
         row = db.execute("SELECT extract(epoch from clock_timestamp())").fetchone()
-        after = time.time()
+        after = time.monotonic()
         assert row is not None
         self._offset = float(row[0]) - (before + after) / 2
+        self._measured = after
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
@@ -345,12 +352,17 @@ class PostgresStore(StoreBase):
         self._listener = None
 
     def now(self) -> Time | None:
-        """The server's time (our clock plus the measured offset), or ``None`` with
-        ``clock="caller"``."""
+        """The server's time (our monotonic clock plus its measured offset from the
+        server's, see :meth:`_measure_offset`), or ``None`` with ``clock="caller"``."""
         if self._clock == "caller":
             return None
-        self._db()  # measures the offset on first use
-        return time.time() + self._offset
+        db = self._db()  # measures the offset on first use
+        if time.monotonic() - self._measured > REMEASURE:
+            try:
+                self._measure_offset(db)
+            except psycopg.Error:  # the last measure stands; the next use reconnects
+                self._drop_current()
+        return time.monotonic() + self._offset
 
     # -- writes ----------------------------------------------------------
 
@@ -606,6 +618,25 @@ class PostgresStore(StoreBase):
             return {task_id: (fence, status) for task_id, fence, status in owned}
 
         return self._retrying(work, transaction=False)
+
+    def shift_leases(self, beyond: Time, by: Time) -> int:
+        """See :meth:`cadence.store.Store.shift_leases`: nothing to do with the
+        server's clock (the default: leases are on it, so a node's wall clock
+        stepping stretches none); with ``clock="caller"``, one UPDATE."""
+        if self._clock == "database":
+            return 0
+        p = self._p
+        return int(
+            self._retrying(
+                lambda db: (
+                    db.execute(
+                        f"UPDATE {p}tasks SET lease_until = lease_until - %s WHERE owner IS NOT "
+                        "NULL AND status IN ('queued', 'running') AND lease_until > %s",
+                        (_num(by), _num(beyond)),
+                    ).rowcount
+                )
+            )
+        )
 
     # -- reads -----------------------------------------------------------
 

@@ -432,6 +432,17 @@ class SQLiteStore(StoreBase):
                 owned.update((task_id, (fence, status)) for task_id, fence, status in found)
         return owned
 
+    def shift_leases(self, beyond: Time, by: Time) -> int:
+        """See :meth:`cadence.store.Store.shift_leases`: one UPDATE of the runs in
+        flight (the owner index)."""
+        with self._write() as db:
+            done: int = db.execute(
+                f"UPDATE {self._p}tasks SET lease_until = lease_until - ? WHERE owner IS NOT "
+                "NULL AND status IN ('queued', 'running') AND lease_until > ?",
+                (by, beyond),
+            ).rowcount
+        return done
+
     def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
         """See :meth:`cadence.store.Store.next_due`."""
         p = self._p
