@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import os
 import shutil
 import sqlite3
@@ -594,6 +595,38 @@ def test_listing_the_stored_actions_delays_no_heartbeat(
         done.wait_for(1)
     assert "lease" not in caplog.text
     assert [o.task_id for o in sched.history("a")] == ["a"]  # its completion was recorded
+
+
+class ListingAfterCloseStore(SQLiteStore):
+    """Listing the stored actions ends after the store was closed (a runner stopped,
+    and its scheduler's store closed, while a slow listing ran)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.listed = threading.Event()
+
+    def actions(self) -> set[str]:
+        db = self._db()  # the listing's connection, opened before the store is closed
+        time.sleep(0.3)
+        try:
+            db.execute("SELECT 1")  # its scan goes on: "Cannot operate on a closed database"
+            return super().actions()
+        finally:
+            self.listed.set()
+
+
+def test_a_runner_stopped_during_its_start_up_listing_logs_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It logged "Cannot operate on a closed database" at ERROR."""
+    store = ListingAfterCloseStore(tmp_path / "c.db")
+    sched = DurableScheduler(store)
+    with Runner(sched):
+        pass
+    store.close()
+    assert store.listed.wait(10)
+    time.sleep(0.1)  # (the thread logs, if it does, right after)
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_an_import_path_that_broke_is_left_untouched_with_a_warning(

@@ -1354,7 +1354,8 @@ class DurableScheduler(Scheduler):
         try:
             names = self._store.actions()
         except Exception:
-            logger.exception("could not list the stored actions")
+            if self._users:  # (a runner stopped meanwhile may have closed the store)
+                logger.exception("could not list the stored actions")
             return
         known = self._known()
         for name in sorted(n for n in names if n not in known):

@@ -560,7 +560,9 @@ class Store(Protocol):
         ...
 
     def actions(self) -> set[str]:
-        """The action names of the unfinished tasks. O(n): for a warning at start-up."""
+        """The action names of the tasks that can be claimed or are in flight
+        (paused ones aside): for a warning at start-up. The database stores read
+        their action index loosely: O(distinct actions x log n), not O(n)."""
         ...
 
     def rows(self) -> list[TaskRow]:

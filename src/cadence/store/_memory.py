@@ -183,7 +183,10 @@ class MemoryStore(StoreBase):
     def actions(self) -> set[str]:
         """See :meth:`cadence.store.Store.actions`."""
         with self._lock:
-            return {r.action for r in self._rows.values() if r.status in (SCHEDULED, *LEASED)}
+            return {
+                r.action for r in self._rows.values()
+                if (r.status == SCHEDULED and not r.paused) or r.status in LEASED
+            }  # fmt: skip
 
     def rows(self) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.rows`."""

@@ -688,14 +688,17 @@ class PostgresStore(StoreBase):
         return None if found is None else task_row(found, _time, lenient=True)
 
     def actions(self) -> set[str]:
-        """See :meth:`cadence.store.Store.actions`."""
-        found = self._retrying(
-            lambda db: db.execute(
-                f"SELECT DISTINCT action FROM {self._p}tasks "
-                "WHERE status IN ('scheduled', 'queued', 'running')"
+        """See :meth:`cadence.store.Store.actions`: a loose scan of the action index,
+        and the runs in flight (the owner index)."""
+
+        def work(db: psycopg.Connection[Any]) -> set[str]:
+            flying = db.execute(
+                f"SELECT DISTINCT action FROM {self._p}tasks WHERE owner IS NOT NULL "
+                "AND status IN ('queued', 'running')"
             ).fetchall()
-        )
-        return {action for (action,) in found}
+            return {*self._stored_actions(db), *(action for (action,) in flying)}
+
+        return self._retrying(work, transaction=False)
 
     def rows(self) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.rows`."""

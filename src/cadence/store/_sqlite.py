@@ -490,12 +490,14 @@ class SQLiteStore(StoreBase):
         return None if found is None else task_row(found, lenient=True)
 
     def actions(self) -> set[str]:
-        """See :meth:`cadence.store.Store.actions`."""
-        found = self._db().execute(
-            f"SELECT DISTINCT action FROM {self._p}tasks "
-            "WHERE status IN ('scheduled', 'queued', 'running')"
+        """See :meth:`cadence.store.Store.actions`: a loose scan of the action index,
+        and the runs in flight (the owner index)."""
+        db = self._db()
+        flying = db.execute(
+            f"SELECT DISTINCT action FROM {self._p}tasks WHERE owner IS NOT NULL "
+            "AND status IN ('queued', 'running')"
         )
-        return {action for (action,) in found.fetchall()}
+        return {*self._stored_actions(db), *(action for (action,) in flying.fetchall())}
 
     def rows(self) -> list[TaskRow]:
         """See :meth:`cadence.store.Store.rows`."""
