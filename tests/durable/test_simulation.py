@@ -37,6 +37,7 @@ class Node:
         self.sched = DurableScheduler(store, clock=self.clock, lease=LEASE, batch=2)
         self.sched.register("work", _work)
         self.held: list[Held] = []
+        self.unrecorded: set[str] = set()  # runs whose completion failed to commit
         self.stalled = False
 
 
@@ -169,6 +170,22 @@ class Protocol(RuleBasedStateMachine):
         assert len(reported) == 1
         self._check_recorded(task, before)  # (the claim may have taken the row again)
 
+    @rule(i=st.integers(0, NODES - 1), k=st.integers(0, 3), ok=st.booleans())
+    def complete_but_the_commit_fails(self, i: int, k: int, ok: bool) -> None:
+        """The store refuses the completion (read-only, revoked, full disk): it is
+        reported unrecorded and the run stays leased to the node, to run again once
+        that lease expires (by this node too: see the teardown)."""
+        taken = self._take_held(i, k)
+        if taken is None:
+            return
+        node, task, now = taken
+        before = self.store.get(str(task.task_id))
+        edit, outcome = node.sched._decided(task, None if ok else ValueError("x"), now, now)
+        node.sched._unrecorded(task, outcome, RuntimeError("attempt to write a readonly db"))
+        assert self.store.get(str(task.task_id)) == before  # nothing written
+        node.unrecorded.add(str(task.task_id))
+        self.faults = True  # its run starts again: a duplicate start, with a fault
+
     @rule(i=st.integers(0, NODES - 1))
     def heartbeat(self, i: int) -> None:
         node = self._live(i)
@@ -230,6 +247,7 @@ class Protocol(RuleBasedStateMachine):
         claim's rows were lost on the way back (they would stay leased, unrun)."""
         for node in self.nodes:
             known = {t.task_id for t in node.held} | {t.task_id for t in node.sched._buffer}
+            known |= node.unrecorded  # (left to expire: see the teardown)
             for row in self.store.rows():
                 if row.owner == node.sched.node and row.status in ("queued", "running"):
                     assert row.task_id in known, (row, known)
@@ -252,7 +270,19 @@ class Protocol(RuleBasedStateMachine):
             assert all(n == 1 for n in self.starts.values()), self.starts
 
     def teardown(self) -> None:
-        """Every node recovers; the runs due are drained; no slot may be lost."""
+        """Every node recovers; the runs due are drained; no slot may be lost. First, a
+        node left holding runs whose completion failed wakes by their lease's end to
+        run them again, alone: no other node is needed (it never woke for them)."""
+        for node in self.nodes:
+            mine = [
+                r for r in self.store.rows()
+                if r.task_id in node.unrecorded and r.owner == node.sched.node
+                and r.status in ("queued", "running") and r.lease_until is not None
+            ]  # fmt: skip
+            if mine and not node.stalled:
+                wake = node.sched._wake_time()
+                assert wake is not None
+                assert wake <= min(r.lease_until for r in mine)  # type: ignore[type-var]
         for node in self.nodes:
             node.stalled = False
             for task in node.held:  # in-flight runs end (late ones write nothing)
