@@ -180,7 +180,7 @@ class Protocol(RuleBasedStateMachine):
             return
         node, task, now = taken
         before = self.store.get(str(task.task_id))
-        edit, outcome = node.sched._decided(task, None if ok else ValueError("x"), now, now)
+        _, outcome = node.sched._decided(task, None if ok else ValueError("x"), now, now)
         node.sched._unrecorded(task, outcome, RuntimeError("attempt to write a readonly db"))
         assert self.store.get(str(task.task_id)) == before  # nothing written
         node.unrecorded.add(str(task.task_id))
@@ -274,15 +274,15 @@ class Protocol(RuleBasedStateMachine):
         node left holding runs whose completion failed wakes by their lease's end to
         run them again, alone: no other node is needed (it never woke for them)."""
         for node in self.nodes:
-            mine = [
-                r for r in self.store.rows()
+            ends = [
+                r.lease_until for r in self.store.rows()
                 if r.task_id in node.unrecorded and r.owner == node.sched.node
                 and r.status in ("queued", "running") and r.lease_until is not None
             ]  # fmt: skip
-            if mine and not node.stalled:
+            if ends and not node.stalled:
                 wake = node.sched._wake_time()
                 assert wake is not None
-                assert wake <= min(r.lease_until for r in mine)  # type: ignore[type-var]
+                assert wake <= min(ends)
         for node in self.nodes:
             node.stalled = False
             for task in node.held:  # in-flight runs end (late ones write nothing)
