@@ -316,6 +316,35 @@ def test_read_commands_need_no_write_lock(cli: Cli) -> None:
         lock.close()
 
 
+def test_concurrent_triggers_each_run_once(cli: Cli) -> None:
+    """Ten ``cadence trigger sync`` at once: every one that answers ``trigger: sync``
+    is a run (they made 1 run on SQLite, 6 of 8 on PostgreSQL, all answering the
+    same)."""
+    cli.write('[[jobs]]\nid = "sync"\nevery = "1h"\ncommand = "echo $CADENCE_KEY >> $OUT"\n')
+    proc = cli.start()
+    cli.wait(lambda: cli.json("status") != [])
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    triggers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "cadence", "trigger", "sync", "--store", cli.store],
+            cwd=cli.dir, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for _ in range(10)
+    ]
+    answers = [t.communicate(timeout=60) for t in triggers]
+    accepted = sum(1 for t, (_, err) in zip(triggers, answers, strict=True)
+                   if t.returncode == 0 and "trigger: sync" in err)  # fmt: skip
+    assert accepted == 10, answers
+    proc = cli.start()
+    cli.wait(lambda: len(cli.json("history", "sync", "--limit", "50")) >= accepted)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert len(cli.json("history", "sync", "--limit", "50")) == accepted
+    assert len(set(cli.lines())) == accepted  # each its own key
+
+
 def test_call_jobs_and_failures_with_output_in_history(cli: Cli) -> None:
     cli.write('[defaults]\nmax_retries = 1\nretry = { base = "0.1s" }\n'
               '[[jobs]]\nid = "c"\nat = "2020-01-01T00:00:00+00:00"\ncall = "json:dumps"\n'

@@ -423,6 +423,24 @@ def test_pause_resume_cancel_and_trigger_from_another_scheduler(store: Store) ->
     assert [control.trigger("r"), control.pause("r"), control.cancel("r")] == [False] * 3
 
 
+def test_each_accepted_trigger_is_a_run_of_its_own(store: Store) -> None:
+    """Three triggers before a node claims, one of them while a slot is due: three
+    extra runs, then the due slot, then the schedule as it was (they were merged, and
+    every trigger answered True)."""
+    clock = ManualClock(0)
+    node, control = DurableScheduler(store, clock=clock), DurableScheduler(store, clock=clock)
+    node.schedule_at_fixed_rate("r", 10, 10, NOOP)
+    clock.set(5)
+    assert control.trigger("r")
+    clock.set(10)  # the slot at 10 is due now
+    assert control.trigger("r")
+    clock.set(11)
+    assert control.trigger("r")
+    ran = [o.at for o in node.tick(11)]
+    assert sorted(ran) == [5, 10, 10, 11]  # three triggered runs and the slot at 10
+    assert node.next_run_time("r") == 20
+
+
 def test_ensure_is_idempotent_and_updates_a_changed_declaration(store: Store) -> None:
     clock = ManualClock(0)
     workers = [DurableScheduler(store, clock=clock) for _ in range(4)]

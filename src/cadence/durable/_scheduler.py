@@ -586,7 +586,9 @@ class DurableScheduler(Scheduler):
 
         ``False`` if the task is unknown, finished, paused, or has a run in
         flight. The extra run is an ordinary run of the task (retried per its
-        policy); afterwards the task's next slot is the one it had. One
+        policy); afterwards the task's next slot is the one it had. Each
+        accepted trigger is a run of its own, also when a run is due already
+        (which still runs after it) or another trigger came just before. One
         transaction.
         """
         now = self._store_time(_validate.time_from("the clock", self._clock()))
@@ -596,8 +598,8 @@ class DurableScheduler(Scheduler):
             if task.status is not Status.SCHEDULED or plan is None or plan.paused:
                 return False
             due, backlog, slot = task.entry[0], plan.backlog, plan.slot
-            if due <= now:  # due already: it runs now anyway
-                return True
+            # A run of its own now, even if one is due already (or was triggered a
+            # moment ago): each accepted trigger is one run (they were merged unsaid)
             task.engine.reschedule(task.task_id, plan.cursor, now)
             plan.backlog = deque([due, *(backlog or ())])  # then the run it had
             plan.slot = slot
