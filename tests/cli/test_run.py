@@ -326,9 +326,10 @@ def test_concurrent_triggers_each_run_once(cli: Cli) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     command = [sys.executable, "-m", "cadence", "trigger", "sync", "--store", cli.store]
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    out = subprocess.PIPE
     triggers = [
-        subprocess.Popen(command, cwd=cli.dir, env=cli.env, text=True, **pipes) for _ in range(10)
+        subprocess.Popen(command, cwd=cli.dir, env=cli.env, text=True, stdout=out, stderr=out)
+        for _ in range(10)
     ]
     answers = [t.communicate(timeout=60) for t in triggers]
     accepted = sum(1 for t, (_, err) in zip(triggers, answers, strict=True)
