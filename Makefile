@@ -48,6 +48,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python bench/realtime.py
 	$(BIN)/python bench/peers.py
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/durable.py
+	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/scale.py
 
 clean:
 	rm -rf $(VENV) .venv-aps4 .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -13,6 +13,8 @@ bench`` runs it) writes ``bench/results/scale.md`` and ``scale.json``.
    ``cadence status --json`` (a process) over 10^4, 10^5 and 10^6 stored tasks,
    each with one outcome. They should be one query each, linear in the rows
    returned.
+3. **A year-long misfire backlog** (item 9): the claim that decides a coalesced
+   run a year behind, for a fixed-rate and a cron schedule.
 
 Rows are inserted with raw SQL (copies of one row the scheduler wrote), so the
 set-up takes seconds, not the hours a scheduler would take to run 10^6 tasks.
@@ -214,10 +216,34 @@ def _status_seconds(target: Target) -> float:
     return took
 
 
+def misfire() -> list[dict[str, Any]]:
+    """Issue 22, item 9: a year behind under ``COALESCE``, the claim that decides it."""
+    from cadence import FixedRate, Misfire
+    from cadence.cron import Cron
+
+    found = []
+    minutely = Cron("* * * * *", tz="Europe/Berlin")
+    for name, when in (("fixed rate 60 s", FixedRate(60)), ("cron * * * * *, Berlin", minutely)):
+        clock = ManualClock(1_767_225_600)
+        sched = DurableScheduler(
+            SQLiteStore(Path(tempfile.mkdtemp(prefix="cadence-scale-")) / "m.db"), clock=clock
+        )
+        sched.register("job", _noop)
+        sched.schedule("t", when, "job", misfire=Misfire.COALESCE)
+        clock.advance(365 * 86_400)
+        began = time.perf_counter()
+        [outcome] = sched.tick(clock())
+        found.append({"schedule": name, "decide_s": time.perf_counter() - began,
+                      "skipped": outcome.skipped})  # fmt: skip
+        sched.store.close()
+    return found
+
+
 def main() -> None:
     kinds = ["sqlite"] + (["postgres"] if os.environ.get("CADENCE_PG_DSN") else [])
     sizes = [int(s) for s in os.environ.get("SCALE_SIZES", "10000,100000,1000000").split(",")]
-    results: dict[str, list[dict[str, Any]]] = {"claims": [], "listing": []}
+    results: dict[str, list[dict[str, Any]]] = {"claims": [], "listing": [], "misfire": misfire()}
+    print(results["misfire"], flush=True)
     for kind in kinds:
         for unknown in (0, 10_000, 100_000):
             results["claims"].append(claims(kind, unknown))
@@ -249,6 +275,14 @@ def main() -> None:
         f"| {r['store']} | {r['tasks']:,} | {r['page_ms']:.1f} | {r['all_s']:.2f} | "
         f"{'-' if r['status_s'] is None else format(r['status_s'], '.2f')} |"
         for r in results["listing"]
+    ]
+    lines += [
+        "", "A year behind under `COALESCE`: the claim that decides it (one run, the rest "
+        "skipped and counted):", "",
+        "| schedule | decision (s) | slots skipped |", "|---|---|---|",
+    ]  # fmt: skip
+    lines += [
+        f"| {r['schedule']} | {r['decide_s']:.3f} | {r['skipped']:,} |" for r in results["misfire"]
     ]
     (RESULTS / "scale.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
