@@ -344,6 +344,31 @@ def test_concurrent_triggers_each_run_once(cli: Cli) -> None:
     assert len(set(cli.lines())) == accepted  # each its own key
 
 
+def test_a_job_file_chooses_what_a_command_inherits(cli: Cli) -> None:
+    """A command inherits the node's whole environment (its store password, cloud
+    keys) unless its job says otherwise: ``inherit_env = false`` (or a list of names)
+    keeps only a base (PATH, HOME, ...), and ``env`` adds variables of its own."""
+    cli.env["SECRET"] = "s3cret"
+    cli.write('[[jobs]]\nid = "plain"\nat = "2020-01-01T00:00:00+00:00"\n'
+              'command = "echo plain ${SECRET:-none} >> $OUT"\n'
+              '[[jobs]]\nid = "clean"\nat = "2020-01-01T00:00:00+00:00"\n'
+              'inherit_env = ["OUT"]\nenv = { GREETING = "hi" }\n'
+              'command = "echo clean ${SECRET:-none} $GREETING ${PATH:+path} >> $OUT"\n'
+              )  # fmt: skip
+    proc = cli.start()
+    cli.wait(lambda: len(cli.lines()) == 2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert sorted(cli.lines()) == ["clean none hi path", "plain s3cret"]
+    cli.write('[[jobs]]\nid = "bad"\nat = "2020-01-01T00:00:00+00:00"\n'
+              'inherit_env = "no"\ncommand = "true"\n')  # fmt: skip
+    command = [sys.executable, "-m", "cadence", "plan", str(cli.jobs)]
+    done = subprocess.run(command, cwd=cli.dir, env=cli.env, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2
+    assert "inherit_env" in done.stderr
+
+
 def test_call_jobs_and_failures_with_output_in_history(cli: Cli) -> None:
     cli.write('[defaults]\nmax_retries = 1\nretry = { base = "0.1s" }\n'
               '[[jobs]]\nid = "c"\nat = "2020-01-01T00:00:00+00:00"\ncall = "json:dumps"\n'

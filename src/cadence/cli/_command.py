@@ -44,8 +44,23 @@ class CommandError(Exception):
     """A command exited non-zero, was killed, or ran past its timeout."""
 
 
-def run_command(command: str | list[str], timeout: float | None, *, run: RunContext) -> str:
+BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR")
+"""What a command that inherits nothing (``inherit_env = false``) still gets from the
+node: enough to find programs and a home, nothing secret."""
+
+
+def run_command(
+    command: str | list[str],
+    timeout: float | None,
+    *,
+    run: RunContext,
+    env: dict[str, str] | None = None,
+    inherit: bool | list[str] = True,
+) -> str:
     """Run ``command`` (argv list, or a string for the shell) for one run; return its tail.
+
+    Its environment: the node's (``inherit`` true), only :data:`BASE_ENV`
+    (false), or that and the names listed; then ``env``; then the run's facts.
 
     The output is read as it comes and only its last :data:`TAIL` characters are
     kept, so memory stays flat whatever the command prints. The run ends when the
@@ -56,8 +71,18 @@ def run_command(command: str | list[str], timeout: float | None, *, run: RunCont
 
     Raises :class:`CommandError`, with the output's tail, when it fails.
     """
-    env = {
-        **os.environ,
+    kept = (
+        dict(os.environ)
+        if inherit is True
+        else {
+            name: value
+            for name, value in os.environ.items()
+            if name in BASE_ENV or (isinstance(inherit, list) and name in inherit)
+        }
+    )
+    environment = {
+        **kept,
+        **(env or {}),
         "CADENCE_TASK_ID": str(run.task_id),
         "CADENCE_SLOT": repr(float(run.slot)),
         "CADENCE_ATTEMPT": str(run.attempt),
@@ -66,7 +91,7 @@ def run_command(command: str | list[str], timeout: float | None, *, run: RunCont
     proc = subprocess.Popen(
         command,
         shell=isinstance(command, str),
-        env=env,
+        env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
@@ -25,7 +26,7 @@ COMMAND = "cadence.cli._command:run_command"
 
 JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
-     "tz", "max_retries", "retry", "misfire"}
+     "tz", "max_retries", "retry", "misfire", "env", "inherit_env"}
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call"}
 RETRY_KEYS = frozenset({"base", "cap", "jitter"})
@@ -155,6 +156,37 @@ def load(path: str | Path) -> list[Job]:
     return loaded
 
 
+def _command(
+    raw: dict[str, Any], timeout: float | None, key: Callable[[str], str]
+) -> tuple[str, list[Any], dict[str, Any] | None]:
+    """A ``command`` job's stored action, arguments and keyword arguments (``env`` and
+    ``inherit_env`` only when given: a job stored before them stays as it was)."""
+    command = raw["command"]
+    if not (isinstance(command, str) and command.strip()) and not (
+        isinstance(command, list) and command and all(isinstance(a, str) for a in command)
+    ):
+        raise JobFileError(f"{key('command')}: a non-empty string or list of strings is required")
+    kwargs: dict[str, Any] = {}
+    if "env" in raw:
+        env = raw["env"]
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and k and "=" not in k and isinstance(v, str)
+            for k, v in env.items()
+        ):
+            raise JobFileError(f'{key("env")}: a table of NAME = "value" strings is required')
+        kwargs["env"] = env
+    if "inherit_env" in raw:
+        inherit = raw["inherit_env"]
+        if not isinstance(inherit, bool) and not (
+            isinstance(inherit, list) and all(isinstance(n, str) and n for n in inherit)
+        ):
+            raise JobFileError(
+                f"{key('inherit_env')}: true, false, or a list of variable names is required"
+            )
+        kwargs["inherit"] = inherit
+    return COMMAND, [command, timeout], kwargs or None
+
+
 def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     """A job's keys over the defaults; a default that does not apply to it is left out
     (``misfire`` for a one-off, ``timeout`` for a ``call``, ``args`` for a ``command``)."""
@@ -163,7 +195,7 @@ def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     if "at" in raw:
         unfit.add("misfire")
     if "call" in raw:
-        unfit.add("timeout")
+        unfit |= {"timeout", "env", "inherit_env"}
     if "command" in raw:
         unfit |= {"args", "kwargs"}
     for name in unfit - set(raw):
@@ -196,17 +228,12 @@ def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
     when = _when(raw, kinds[0], tz, key)
     timeout = duration(raw["timeout"], key("timeout")) if "timeout" in raw else None
     if runs[0] == "command":
-        command = raw["command"]
-        if not (isinstance(command, str) and command.strip()) and not (
-            isinstance(command, list) and command and all(isinstance(a, str) for a in command)
-        ):
-            raise JobFileError(
-                f"{key('command')}: a non-empty string or list of strings is required"
-            )
         if "args" in raw or "kwargs" in raw:
             raise JobFileError(f"{where}: 'args'/'kwargs' go with 'call', not 'command'")
-        action, args, kwargs = COMMAND, [command, timeout], None
+        action, args, kwargs = _command(raw, timeout, key)
     else:
+        if "env" in raw or "inherit_env" in raw:
+            raise JobFileError(f"{where}: 'env'/'inherit_env' go with 'command', not 'call'")
         action = raw["call"]
         if not isinstance(action, str) or ":" not in action:
             raise JobFileError(f"{key('call')}: {action!r} is not 'package.module:function'")
