@@ -37,12 +37,23 @@ class Cluster:
         self.kills = 0
 
     def spawn(self, **env: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.durable.worker", self.target],
-            cwd=ROOT, env={**self.env, **env}, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        log = Path(self.effects).with_name(f"worker-{len(self.procs)}.log")
+        with open(log, "wb") as err:  # (the child keeps its own descriptor)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.durable.worker", self.target],
+                cwd=ROOT, env={**self.env, **env}, stderr=err,
+            )  # fmt: skip
         self.procs.append(proc)
         return proc
+
+    def logs(self) -> str:
+        """What the workers wrote to stderr (warnings, errors), the last lines of each."""
+        parts = []
+        for i in range(len(self.procs)):
+            log = Path(self.effects).with_name(f"worker-{i}.log")
+            text = log.read_text(errors="replace") if log.exists() else ""
+            parts.append(f"--- worker {i}:\n" + "\n".join(text.splitlines()[-15:]))
+        return "\n".join(parts)
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         proc.send_signal(signal.SIGKILL)

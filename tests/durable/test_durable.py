@@ -312,6 +312,19 @@ def test_a_claim_costs_nothing_per_due_row_of_an_action_it_cannot_run(
     assert beside < alone * 1.5, (alone, beside)
 
 
+def test_a_postgresql_password_is_never_shown() -> None:
+    """The store's repr (in its errors and logs) shows a password as ``***``, in a URL
+    and in keyword/value form (a URL's password was shown as it was)."""
+    from cadence.store import PostgresStore  # (the postgres extra: a dev dependency)
+
+    for conninfo in ("postgresql://app:s3cretpw@127.0.0.1:1/app",
+                     "host=127.0.0.1 password=s3cretpw user=app",
+                     "password='s3cret pw' host=127.0.0.1"):  # fmt: skip
+        shown = repr(PostgresStore(conninfo))
+        assert "s3cret" not in shown
+        assert "***" in shown
+
+
 def test_a_monotonic_clock_is_refused(store: Store) -> None:
     with pytest.raises(ValueError, match=r"monotonic.*durable scheduler needs epoch time"):
         DurableScheduler(store, clock=time.monotonic)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -75,14 +76,22 @@ class KillingStore(SQLiteStore):
 
 
 def _postgres(prefix: str) -> Any:
-    """A PostgresStore on $CADENCE_PG_DSN; $PG_TIMEOUT sets its ``idle_timeout`` and
-    ``statement_timeout``;
+    """A PostgresStore on $CADENCE_PG_DSN; $PG_TIMEOUT sets its ``idle_timeout``;
     $FREEZE=1 makes the process SIGSTOP itself inside the first transaction that
     claimed rows (its row locks held: a frozen VM, a debugger, a long GC pause)."""
     from cadence.store import PostgresStore
 
     class FreezingStore(PostgresStore):
         frozen = False
+        # One transaction of this node at a time while it may freeze: the freeze then
+        # lands in the claim's transaction alone, not also inside the committer
+        # thread's pipeline between its results and its sync, where PostgreSQL 16 and
+        # older apply no timeout (see docs/durability.md, "Faults and what they cost")
+        gate = threading.RLock()
+
+        def _modify_many(self, *args: Any, **kwargs: Any) -> Any:
+            with self.gate:
+                return super()._modify_many(*args, **kwargs)
 
         def _claim_in(self, db: Any, *args: Any) -> list[TaskRow]:
             rows = super()._claim_in(db, *args)
@@ -96,7 +105,6 @@ def _postgres(prefix: str) -> Any:
     bound = float(os.environ.get("PG_TIMEOUT", "10"))
     return FreezingStore(
         os.environ["CADENCE_PG_DSN"], prefix=prefix, idle_timeout=bound,
-        statement_timeout=bound,
     )  # fmt: skip
 
 

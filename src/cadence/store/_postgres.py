@@ -20,6 +20,7 @@ remains the safety net.
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -78,6 +79,8 @@ lease (30 s)."""
 CANCELLED = (errors.QueryCanceled, errors.LockNotAvailable)
 """Statements the server cancelled: their transaction is rolled back, their
 connection healthy."""
+_PASSWORD = re.compile(r"((?:^|\s)password\s*=\s*|^[a-z]+://[^:/@\s]*:)(?:'[^']*'|[^\s@]+)")
+"""A password in a libpq URL or keyword/value connection string."""
 REMEASURE = 30.0
 """Seconds after which a node measures its clock's offset from the server's again."""
 SOON = 1.0
@@ -220,7 +223,9 @@ class PostgresStore(StoreBase):
         return f"PostgresStore({self._safe_url()!r}, prefix={self._p!r})"
 
     def _safe_url(self) -> str:
-        return " ".join(part for part in self.conninfo.split() if not part.startswith("password"))
+        """The connection string as it may be shown: a password, in a URL
+        (``postgresql://app:pw@host/db``) or as ``password=...``, is ``***``."""
+        return _PASSWORD.sub(r"\1***", self.conninfo)
 
     # -- connections -----------------------------------------------------
 
@@ -318,12 +323,12 @@ class PostgresStore(StoreBase):
         steps = _migrations(p)
 
         def current(db: psycopg.Connection[Any]) -> int | None:
-            try:
-                found = db.execute(
-                    f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
-                ).fetchone()
-            except errors.UndefinedTable:
+            exists = db.execute("SELECT to_regclass(%s)", (f"{p}meta",)).fetchone()
+            if exists is None or exists[0] is None:  # a new store (no error in the server log)
                 return None
+            found = db.execute(
+                f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
+            ).fetchone()
             return None if found is None else int(found[0])
 
         version = self._retrying(current, transaction=False)
