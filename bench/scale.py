@@ -239,6 +239,12 @@ def misfire() -> list[dict[str, Any]]:
     return found
 
 
+def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table under ``title``, as lines."""
+    return ["", title, "", f"| {' | '.join(header)} |", "|" + "---|" * len(header),
+            *(f"| {' | '.join(row)} |" for row in rows)]  # fmt: skip
+
+
 def main() -> None:
     kinds = ["sqlite"] + (["postgres"] if os.environ.get("CADENCE_PG_DSN") else [])
     sizes = [int(s) for s in os.environ.get("SCALE_SIZES", "10000,100000,1000000").split(",")]
@@ -253,37 +259,30 @@ def main() -> None:
             print(results["listing"][-1], flush=True)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "scale.json").write_text(json.dumps(results, indent=1) + "\n")
-    lines = [
-        "# Large stores (`bench/scale.py`)", "",
-        "Claims of one run by a node beside due rows of an action it cannot run "
-        f"({CLAIMS} claims; 1,000 due rows of its own):", "",
-        "| store | unknown due rows | claim p50 (ms) | claim p99 (ms) | next_due p50 (ms) |",
-        "|---|---|---|---|---|",
-    ]  # fmt: skip
-    lines += [
-        f"| {r['store']} | {r['unknown']:,} | {r['claim_p50_ms']:.2f} | "
-        f"{r['claim_p99_ms']:.2f} | {r['next_due_p50_ms']:.2f} |"
-        for r in results["claims"]
-    ]
-    lines += [
-        "", "Listing stored tasks, each with one outcome (best of several):", "",
-        "| store | tasks | `tasks(limit=1000)` (ms) | `tasks()` (s) "
-        "| `cadence status --json` (s) |",
-        "|---|---|---|---|---|",
-    ]  # fmt: skip
-    lines += [
-        f"| {r['store']} | {r['tasks']:,} | {r['page_ms']:.1f} | {r['all_s']:.2f} | "
-        f"{'-' if r['status_s'] is None else format(r['status_s'], '.2f')} |"
-        for r in results["listing"]
-    ]
-    lines += [
-        "", "A year behind under `COALESCE`: the claim that decides it (one run, the rest "
-        "skipped and counted):", "",
-        "| schedule | decision (s) | slots skipped |", "|---|---|---|",
-    ]  # fmt: skip
-    lines += [
-        f"| {r['schedule']} | {r['decide_s']:.3f} | {r['skipped']:,} |" for r in results["misfire"]
-    ]
+    lines = ["# Large stores (`bench/scale.py`)"]
+    lines += _table(
+        f"Claims of one run by a node beside due rows of an action it cannot run ({CLAIMS} "
+        "claims; 1,000 due rows of its own):",
+        ["store", "unknown due rows", "claim p50 (ms)", "claim p99 (ms)", "next_due p50 (ms)"],
+        [[r["store"], f"{r['unknown']:,}", f"{r['claim_p50_ms']:.2f}",
+          f"{r['claim_p99_ms']:.2f}", f"{r['next_due_p50_ms']:.2f}"]
+         for r in results["claims"]],
+    )  # fmt: skip
+    lines += _table(
+        "Listing stored tasks, each with one outcome (best of several):",
+        ["store", "tasks", "`tasks(limit=1000)` (ms)", "`tasks()` (s)",
+         "`cadence status --json` (s)"],
+        [[r["store"], f"{r['tasks']:,}", f"{r['page_ms']:.1f}", f"{r['all_s']:.2f}",
+          "-" if r["status_s"] is None else f"{r['status_s']:.2f}"]
+         for r in results["listing"]],
+    )  # fmt: skip
+    lines += _table(
+        "A year behind under `COALESCE`: the claim that decides it (one run, the rest "
+        "skipped and counted):",
+        ["schedule", "decision (s)", "slots skipped"],
+        [[r["schedule"], f"{r['decide_s']:.3f}", f"{r['skipped']:,}"]
+         for r in results["misfire"]],
+    )  # fmt: skip
     (RESULTS / "scale.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -373,6 +373,19 @@ def migrate(version: int, steps: list[list[str]], run: Callable[[str], object], 
     return len(steps)
 
 
+def actions_sql(table: str, claimable: str) -> str:
+    """The distinct actions of ``table``'s claimable rows (``claimable``: the dialect's
+    ``status = 'scheduled' AND`` not-paused condition, the action index's own): a
+    loose scan of that index, one seek per action whatever the rows. The same SQL
+    for SQLite and PostgreSQL."""
+    head = f"FROM {table} WHERE {claimable}"
+    return (
+        f"WITH RECURSIVE a(x) AS (SELECT (SELECT action {head} ORDER BY action LIMIT 1) "
+        f"UNION ALL SELECT (SELECT action {head} AND action > a.x ORDER BY action LIMIT 1) "
+        "FROM a WHERE a.x IS NOT NULL) SELECT x FROM a WHERE x IS NOT NULL"
+    )
+
+
 def is_current(version: int | None, steps: list[list[str]], where: str) -> bool:
     """Whether a stored schema ``version`` (``None``: none yet) needs no migration step,
     so opening the store is a read. Raises :class:`StoreError` for a newer one, as

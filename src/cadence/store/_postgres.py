@@ -49,6 +49,7 @@ from ._base import (
     StoreBase,
     StoreError,
     TaskRow,
+    actions_sql,
     ahead,
     claimed_rows,
     is_current,
@@ -674,12 +675,8 @@ class PostgresStore(StoreBase):
     def _stored_actions(self, db: psycopg.Connection[Any]) -> list[str]:
         """The distinct actions of the claimable rows: a loose scan of the action index
         (one seek per action, whatever the rows)."""
-        p = self._p
-        head = f"FROM {p}tasks WHERE status = 'scheduled' AND NOT paused"
         found = db.execute(
-            f"WITH RECURSIVE a(x) AS ((SELECT action {head} ORDER BY action LIMIT 1) "
-            f"UNION ALL SELECT (SELECT action {head} AND action > a.x ORDER BY action LIMIT 1) "
-            "FROM a WHERE a.x IS NOT NULL) SELECT x FROM a WHERE x IS NOT NULL"
+            actions_sql(f"{self._p}tasks", "status = 'scheduled' AND NOT paused")
         ).fetchall()
         return [action for (action,) in found]
 

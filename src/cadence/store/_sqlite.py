@@ -37,6 +37,7 @@ from ._base import (
     StoreBase,
     StoreError,
     TaskRow,
+    actions_sql,
     ahead,
     claimed_rows,
     is_current,
@@ -471,13 +472,7 @@ class SQLiteStore(StoreBase):
     def _stored_actions(self, db: sqlite3.Connection) -> list[str]:
         """The distinct actions of the claimable rows: a loose scan of the action index
         (one seek per action, whatever the rows)."""
-        p = self._p
-        head = f"FROM {p}tasks WHERE status = 'scheduled' AND paused = 0"
-        found = db.execute(
-            f"WITH RECURSIVE a(x) AS (SELECT (SELECT min(action) {head}) UNION ALL "
-            f"SELECT (SELECT min(action) {head} AND action > a.x) FROM a WHERE a.x IS NOT NULL) "
-            "SELECT x FROM a WHERE x IS NOT NULL"
-        )
+        found = db.execute(actions_sql(f"{self._p}tasks", "status = 'scheduled' AND paused = 0"))
         return [action for (action,) in found.fetchall()]
 
     def get(self, task_id: str) -> TaskRow | None:
