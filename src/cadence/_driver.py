@@ -28,7 +28,6 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from . import _validate
@@ -36,7 +35,7 @@ from ._engine import Task
 from ._events import Event, EventKind
 from ._scheduler import Scheduler, fatal
 from ._stats import Stats, StatsSnapshot
-from ._types import Result, RunOutcome, Time
+from ._types import Result, RunOutcome, Time, epoch_shown
 from ._validate import time_from
 
 logger = logging.getLogger("cadence.runner")
@@ -349,9 +348,7 @@ class Driver:
 
     def _shown(self, t: Time) -> str:
         """A time for the log: ISO 8601 UTC on an epoch clock, else the number."""
-        if self._scheduler.epoch:
-            return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
-        return repr(t)
+        return epoch_shown(t) if self._scheduler.epoch else repr(t)
 
     def _report(self, outcome: RunOutcome, finished: Time) -> None:
         """Count and log one outcome, stop on a fatal error, then call ``on_outcome``.

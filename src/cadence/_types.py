@@ -14,6 +14,15 @@ Action: TypeAlias = Callable[[Any], object]
 """What a task runs: called as ``action(at)``; raising an ``Exception`` fails the run."""
 
 
+def epoch_shown(t: Time) -> str:
+    """An epoch time as a log shows it: ISO 8601 UTC to the millisecond; a number
+    ``datetime`` cannot show stays the number. O(1); raises nothing."""
+    try:
+        return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError, TypeError):
+        return repr(t)
+
+
 class Status(StrEnum):
     """Where a task is in its life.
 

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, NamedTuple, TypeVar, Unpack
 
 from cadence import _validate
@@ -27,7 +27,7 @@ from cadence._scheduler import (
     fatal,
 )
 from cadence._scheduler import _plan as make_plan
-from cadence._types import Action, Result, RunOutcome, Status, TaskInfo, Time
+from cadence._types import Action, Result, RunOutcome, Status, TaskInfo, Time, epoch_shown
 from cadence.misfire import Misfire
 from cadence.schedules import FixedRate, Once
 from cadence.store import Change, Edit, Known, OutcomeRow, Store, StoreError, TaskRow
@@ -896,7 +896,7 @@ class DurableScheduler(Scheduler):
             logger.warning(
                 "task %r: took over its run at %s from an expired lease (expiry %d)",
                 row.task_id,
-                _when(row.due),
+                epoch_shown(row.due),
                 row.expiries,
             )
             if row.expiries >= self._max_expiries:
@@ -972,14 +972,14 @@ class DurableScheduler(Scheduler):
                 "task %r: its run at %s could not be given back; it is taken over once "
                 "its lease expires",
                 task.task_id,
-                _when(task.entry[0]),
+                epoch_shown(task.entry[0]),
             )
         else:
             logger.info(
                 "task %r: its run at %s was stopped by this node's shutdown and given back: "
                 "it runs again (same key) on the next node to claim it",
                 task.task_id,
-                _when(task.entry[0]),
+                epoch_shown(task.entry[0]),
             )
         outcome = RunOutcome(
             task.task_id, task.entry[0], Result.RETRY, error, task.row.state.get("attempt", 0),
@@ -1179,7 +1179,7 @@ class DurableScheduler(Scheduler):
             "task %r: the completion of its run at %s could not be recorded (%r); the run "
             "will be taken over when its lease expires",
             task.task_id,
-            _when(task.entry[0]),
+            epoch_shown(task.entry[0]),
             exc,
         )
         if self._hooks:
@@ -1236,7 +1236,7 @@ class DurableScheduler(Scheduler):
                     "task %r: lease lost before its run at %s completed; its outcome is not "
                     "recorded (the run was taken over)",
                     task.task_id,
-                    _when(task.entry[0]),
+                    epoch_shown(task.entry[0]),
                 )
         else:
             outcome = decided.value
@@ -1394,14 +1394,6 @@ class DurableScheduler(Scheduler):
                     task.cancelled = True
                 else:
                     task.until = now + self._lease
-
-
-def _when(t: Time) -> str:
-    """An epoch time for the log, as ISO 8601 UTC (never a raw float)."""
-    try:
-        return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
-    except (OverflowError, OSError, ValueError, TypeError):
-        return repr(t)
 
 
 def _import_prefixes(imports: object) -> tuple[str, ...]:
