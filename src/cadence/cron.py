@@ -168,16 +168,11 @@ class Cron:
         """
         if b <= a:
             return 0
-        sim, times = self._fields()
-        zone, total = self.zone, 0
-        day, last_day = _local_date(a, zone), _local_date(b, zone)
+        fields, total = self._fields(), 0
+        day, last_day = _local_date(a, self.zone), _local_date(b, self.zone)
         while day <= last_day:
-            start, end = _midnight(day, zone), _midnight(day + _DAY, zone)
-            if end - start != 86_400 or _offset(start, zone) != _offset(end - 1, zone):
-                total += self._walk(max(a, start - 1), min(b, end - 1))  # a DST day
-            elif day.month in sim.months and sim.match_day(day):
-                low, high = max(a, start - 1) - start, min(b, end - 1) - start
-                total += bisect.bisect_right(times, high) - bisect.bisect_right(times, low)
+            runs = self._day(day, a, b, fields)
+            total += len(runs) if isinstance(runs, list) else runs[2] - runs[1]
             day += _DAY
         return total
 
@@ -187,23 +182,33 @@ class Cron:
         found: list[Time] = []
         if keep <= 0 or b <= after:
             return found
-        sim, times = self._fields()
-        zone = self.zone
-        day = _local_date(b, zone)
-        while len(found) < keep and _midnight(day + _DAY, zone) > after:
-            start, end = _midnight(day, zone), _midnight(day + _DAY, zone)
-            if end - start != 86_400 or _offset(start, zone) != _offset(end - 1, zone):
-                runs = self._runs(max(after, start - 1), min(b, end - 1))  # a DST day
-            elif day.month in sim.months and sim.match_day(day):
-                low, high = max(after, start - 1) - start, min(b, end - 1) - start
-                first = bisect.bisect_right(times, low)
-                last = bisect.bisect_right(times, high)
-                runs = [start + t for t in times[max(first, last - keep) : last]]
-            else:
-                runs = []
+        fields = self._fields()
+        day = _local_date(b, self.zone)
+        while len(found) < keep and _midnight(day + _DAY, self.zone) > after:
+            runs = self._day(day, after, b, fields)
+            if not isinstance(runs, list):
+                start, first, last = runs
+                runs = [start + t for t in fields[1][max(first, last - keep) : last]]
             found[:0] = runs[-(keep - len(found)) :] if runs else []
             day -= _DAY
         return found
+
+    def _day(
+        self, day: date, a: Time, b: Time, fields: tuple[CronSim, list[int]]
+    ) -> list[Time] | tuple[int, int, int]:
+        """The run times of local ``day`` that lie in ``(a, b]``: on a day whose offset
+        changes (daylight saving), stepped, as a list; on any other, ``(its first
+        instant, i, j)``: they are that instant plus ``times[i:j]`` of ``fields``
+        (none if the day does not match). O(log times), or the day's runs stepped."""
+        sim, times = fields
+        zone = self.zone
+        start, end = _midnight(day, zone), _midnight(day + _DAY, zone)
+        if end - start != 86_400 or _offset(start, zone) != _offset(end - 1, zone):
+            return self._runs(max(a, start - 1), min(b, end - 1))
+        if day.month not in sim.months or not sim.match_day(day):
+            return start, 0, 0
+        low, high = max(a, start - 1) - start, min(b, end - 1) - start
+        return start, bisect.bisect_right(times, low), bisect.bisect_right(times, high)
 
     def _fields(self) -> tuple[CronSim, list[int]]:
         """A cronsim of the expression (for its day match and fields) and the sorted
@@ -213,10 +218,6 @@ class Cron:
             h * 3600 + m * 60 + sec for h in sim.hours for m in sim.minutes for sec in sim.seconds
         )
         return sim, times
-
-    def _walk(self, a: Time, b: Time) -> int:
-        """How many run times lie in ``(a, b]``, stepping (a short stretch)."""
-        return len(self._runs(a, b))
 
     def _runs(self, a: Time, b: Time) -> list[Time]:
         """The run times in ``(a, b]``, stepping (a short stretch)."""
