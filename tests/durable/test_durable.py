@@ -696,6 +696,23 @@ def test_a_lease_that_keeps_expiring_fails_the_run(store: Store) -> None:
     assert dead[2].next_run_time("r") == 100  # and the schedule goes on
 
 
+def test_shift_leases_shortens_only_the_leases_past_its_bound(store: Store) -> None:
+    """After a step back of the hosts' clocks: leases ending past ``beyond`` are
+    shortened by ``by``; the others, and rows not in flight, are left as they are."""
+    clock = ManualClock(0)
+    sched = DurableScheduler(store, clock=clock, lease=10, imports=True)
+    for name in ("early", "late", "idle"):
+        sched.schedule_once(name, 0 if name != "idle" else 500, NOOP)
+    assert sched._claim(0) is not None  # "early": leased until 10
+    clock.set(3600)
+    assert sched._claim(3600) is not None  # "late": leased until 3610 (before the step)
+    assert store.shift_leases(1800, 3600) == 1
+    rows = {row.task_id: row for row in store.rows()}
+    assert rows["late"].lease_until == 10
+    assert rows["early"].lease_until == 10
+    assert rows["idle"].lease_until is None
+
+
 def test_a_stale_holder_writes_nothing(store: Store) -> None:
     clock = ManualClock(0)
     a, b = (
