@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,47 @@ def pg_prefix(pg_dsn: str) -> Iterator[str]:
     prefix = f"t{uuid.uuid4().hex[:12]}_"
     yield prefix
     with psycopg.connect(pg_dsn, autocommit=True) as db:
-        for table in ("tasks", "outcomes", "meta"):
-            db.execute(f"DROP TABLE IF EXISTS {prefix}{table}")
-        db.execute(f"DROP SEQUENCE IF EXISTS {prefix}seq")
+        # its own tables, and those of further stores a test made (prefix + "1_", ...)
+        found = db.execute(
+            "SELECT relname, relkind FROM pg_class WHERE relname LIKE %s AND relkind IN "
+            "('r', 'S')",
+            (prefix.replace("_", r"\_") + "%",),
+        ).fetchall()
+        for name, kind in found:
+            db.execute(f"DROP {'TABLE' if kind == 'r' else 'SEQUENCE'} IF EXISTS {name} CASCADE")
+
+
+BACKENDS = ["memory", "durable-memory", "durable-sqlite", "durable-postgres"]
+"""Every back end a scheduler runs over: the engine alone, and the durable path on
+each store (a MemoryStore, a real SQLite file, a real PostgreSQL server)."""
+
+
+@pytest.fixture(params=BACKENDS)
+def make_sched(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Callable[..., Any]]:
+    """A factory of schedulers on one back end, called as ``Scheduler(...)`` is: the
+    suites that use it run over memory and over every store. On a durable store the
+    scheduler registers the callables it is given (see ``AutoRegistering``)."""
+    from tests.helpers import AutoRegistering, make_store
+
+    stores: list[Any] = []
+    kind = request.param.removeprefix("durable-")
+
+    def make(**kwargs: Any) -> Any:
+        if request.param == "memory":
+            return Scheduler(**kwargs)
+        if kind == "postgres":
+            from cadence.store import PostgresStore
+
+            dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
+            # a second scheduler in one test gets tables of its own (dropped with them)
+            own = f"{prefix}{len(stores)}_" if stores else prefix
+            store: Any = PostgresStore(dsn, prefix=own, clock="caller")
+        else:
+            store = make_store(kind, request, tmp_path / str(len(stores)))
+        stores.append(store)
+        return AutoRegistering(store, **kwargs)
+
+    make.backend = request.param  # type: ignore[attr-defined]
+    yield make
+    for store in stores:
+        store.close()

@@ -96,6 +96,7 @@ def make_store(kind: str, request: Any, tmp_path: Any) -> Store:
     if kind == "memory":
         return MemoryStore()
     if kind == "sqlite":
+        tmp_path.mkdir(parents=True, exist_ok=True)
         return SQLiteStore(tmp_path / "s.db")
     from cadence.store import PostgresStore
 

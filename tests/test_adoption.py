@@ -314,7 +314,10 @@ def test_run_forever_stops_cleanly_on_sigterm_and_sigint(signum: int) -> None:
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "started"
     os.kill(proc.pid, signum)
-    out, err = proc.communicate(timeout=20)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
     assert proc.returncode == 0, err
     assert out.split("\n")[:2] == ["finished", "clean exit done"]
 

@@ -11,7 +11,9 @@ engine's invariants must hold after every step.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hypothesis import settings
@@ -19,6 +21,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from cadence import ManualClock, Scheduler
+from cadence.store import MemoryStore, SQLiteStore
+from tests.helpers import AutoRegistering
 
 IDS = st.sampled_from(["a", "b", "c", 1, 2])
 PATTERN = st.lists(st.booleans(), min_size=1, max_size=4)
@@ -141,10 +145,21 @@ class SchedulerVsOracle(RuleBasedStateMachine):
         super().__init__()
         self.clock = ManualClock(1000)
         self.now = 1000  # the clock as an int, for the oracle
-        self.sched = Scheduler(clock=self.clock, backoff=3)
-        self.sched._engine._queue._slack = 1  # compaction happens within a few steps
+        self.sched = self.make(self.clock)
         self.oracle = Oracle(backoff=3)
         self.behaviours: dict[Any, Behaviour] = {}
+
+    def make(self, clock: ManualClock) -> Scheduler:
+        sched = Scheduler(clock=clock, backoff=3)
+        sched._engine._queue._slack = 1  # compaction happens within a few steps
+        return sched
+
+    def key(self, task_id: Any) -> Any:
+        """The id the scheduler is given for a generated one."""
+        return task_id
+
+    def check(self) -> None:
+        self.sched._engine._check()
 
     def _action(self, task_id: Any, behaviour: Behaviour) -> Any:
         sched = self.sched
@@ -152,7 +167,7 @@ class SchedulerVsOracle(RuleBasedStateMachine):
         def action(at: int) -> None:
             fails, cancels = behaviour.next()
             if cancels:
-                sched.cancel(task_id)
+                sched.cancel(self.key(task_id))
             if fails:
                 raise ValueError(f"{task_id} fails at {at}")
 
@@ -174,7 +189,9 @@ class SchedulerVsOracle(RuleBasedStateMachine):
         task = OracleTask("scheduled", retries, model, priority=priority)
         expected = self.oracle.add(task_id, at, task)
         action = self._action(task_id, real)
-        got = self.sched.schedule_once(task_id, delay, action, retries, priority=priority)
+        got = self.sched.schedule_once(
+            self.key(task_id), delay, action, retries, priority=priority
+        )
         assert got == expected
 
     @rule(task_id=IDS, delay=st.integers(0, 30), period=st.integers(1, 15),
@@ -198,21 +215,21 @@ class SchedulerVsOracle(RuleBasedStateMachine):
         expected = self.oracle.add(task_id, first, task)
         action = self._action(task_id, real)
         got = self.sched.schedule_at_fixed_rate(
-            task_id, delay, period, action, retries, priority=priority
+            self.key(task_id), delay, period, action, retries, priority=priority
         )
         assert got == expected
 
     @rule(task_id=IDS)
     def cancel(self, task_id: Any) -> None:
-        assert self.sched.cancel(task_id) == self.oracle.cancel(task_id)
+        assert self.sched.cancel(self.key(task_id)) == self.oracle.cancel(task_id)
 
     @rule(task_id=IDS)
     def pause(self, task_id: Any) -> None:
-        assert self.sched.pause(task_id) == self.oracle.pause(task_id)
+        assert self.sched.pause(self.key(task_id)) == self.oracle.pause(task_id)
 
     @rule(task_id=IDS)
     def resume(self, task_id: Any) -> None:
-        assert self.sched.resume(task_id) == self.oracle.resume(task_id)
+        assert self.sched.resume(self.key(task_id)) == self.oracle.resume(task_id)
 
     @rule(delta=st.integers(0, 20))
     def advance(self, delta: int) -> None:
@@ -223,17 +240,50 @@ class SchedulerVsOracle(RuleBasedStateMachine):
     def tick(self, offset: int) -> None:
         now = self.now + offset
         got = [(o.task_id, o.at, str(o.result), o.attempt) for o in self.sched.tick(now)]
-        assert got == self.oracle.tick(now)
+        assert got == [(self.key(t), *rest) for t, *rest in self.oracle.tick(now)]
 
     @invariant()
     def agree(self) -> None:
         assert self.sched.next_run_time() == self.oracle.next_run_time()
         for task_id, task in self.oracle.tasks.items():
-            assert self.sched.status(task_id) == task.status, task_id
-            assert self.sched.is_paused(task_id) == (task.held is not None), task_id
-        self.sched._engine._check()
+            assert self.sched.status(self.key(task_id)) == task.status, task_id
+            assert self.sched.is_paused(self.key(task_id)) == (task.held is not None), task_id
+        self.check()
 
 
 SchedulerVsOracle.TestCase.settings = settings(max_examples=300, stateful_step_count=40,
                                                deadline=None)  # fmt: skip
 test_scheduler_matches_oracle = SchedulerVsOracle.TestCase
+
+
+class DurableVsOracle(SchedulerVsOracle):
+    """The same model over the durable path on a MemoryStore (ids as str)."""
+
+    def make(self, clock: ManualClock) -> Scheduler:
+        return AutoRegistering(MemoryStore(), clock=clock, backoff=3)
+
+    def key(self, task_id: Any) -> Any:
+        return str(task_id)
+
+    def check(self) -> None:
+        pass  # the store's rows are checked through every query above
+
+
+class SQLiteVsOracle(DurableVsOracle):
+    """The same model over a SQLite file (one per example, in a directory of its own)."""
+
+    def make(self, clock: ManualClock) -> Scheduler:
+        self.where = tempfile.TemporaryDirectory()
+        return AutoRegistering(SQLiteStore(Path(self.where.name) / "s.db"), clock=clock, backoff=3)
+
+    def teardown(self) -> None:
+        self.sched.store.close()  # type: ignore[attr-defined]
+        self.where.cleanup()
+
+
+DurableVsOracle.TestCase.settings = settings(max_examples=150, stateful_step_count=40,
+                                             deadline=None)  # fmt: skip
+SQLiteVsOracle.TestCase.settings = settings(max_examples=40, stateful_step_count=30,
+                                            deadline=None)  # fmt: skip
+test_durable_scheduler_matches_oracle = DurableVsOracle.TestCase
+test_sqlite_scheduler_matches_oracle = SQLiteVsOracle.TestCase

@@ -4,7 +4,7 @@ priorities, pause/resume/reschedule, custom schedules."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +25,8 @@ from cadence import (
 )
 from tests.helpers import failing, recorder, rows
 
+Make = Callable[..., Scheduler]
+
 # -- retry policies -----------------------------------------------------------------
 
 
@@ -32,17 +34,17 @@ def retry_times(sched: Scheduler, task_id: str = "a", until: int = 10**6) -> lis
     return [o.at for o in sched.tick(until) if o.task_id == task_id]
 
 
-def test_default_backoff_policy_is_the_contracts() -> None:
+def test_default_backoff_policy_is_the_contracts(make_sched: Make) -> None:
     for retry in (None, Backoff(1)):
-        sched = Scheduler(clock=ManualClock(0), retry=retry)
+        sched = make_sched(clock=ManualClock(0), retry=retry)
         sched.schedule_once("a", 0, failing(ValueError()), max_retries=4)
         times = retry_times(sched)
         assert times == [0, 1, 3, 7, 15]
         assert all(type(t) is int for t in times)
 
 
-def test_cap_bounds_every_delay() -> None:
-    sched = Scheduler(clock=ManualClock(0), retry=Backoff(1, cap=4))
+def test_cap_bounds_every_delay(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0), retry=Backoff(1, cap=4))
     sched.schedule_once("a", 0, failing(ValueError()), max_retries=5)
     assert retry_times(sched) == [0, 1, 3, 7, 11, 15]
 
@@ -71,6 +73,7 @@ def test_decorrelated_jitter_grows_from_the_previous_delay_and_is_capped() -> No
 
 
 def test_seeded_jitter_is_deterministic_and_breaks_lockstep() -> None:
+    # in memory only: a store keeps Backoff as data, not its rng
     def run(seed: int) -> list[Any]:
         sched = Scheduler(clock=ManualClock(0))
         policy = Backoff(1, jitter="full", rng=random.Random(seed))
@@ -83,8 +86,8 @@ def test_seeded_jitter_is_deterministic_and_breaks_lockstep() -> None:
     assert len(set(run(1))) == 20  # no two tasks retry at the same time
 
 
-def test_per_task_policy_overrides_the_schedulers() -> None:
-    sched = Scheduler(clock=ManualClock(0), retry=Backoff(10))
+def test_per_task_policy_overrides_the_schedulers(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0), retry=Backoff(10))
     sched.schedule_once("a", 0, failing(ValueError()), max_retries=2)
     sched.schedule_once("b", 0, failing(ValueError()), max_retries=2, retry=Backoff(1))
     outcomes = sched.tick(1000)
@@ -92,14 +95,15 @@ def test_per_task_policy_overrides_the_schedulers() -> None:
     assert [o.at for o in outcomes if o.task_id == "b"] == [0, 1, 3]
 
 
-def test_no_retry_never_retries() -> None:
-    sched = Scheduler(clock=ManualClock(0))
+def test_no_retry_never_retries(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
     sched.schedule_once("a", 0, failing(ValueError()), max_retries=5, retry=NoRetry())
     assert rows(sched.tick(100)) == [("a", 0, "failed", 0)]
     assert sched.status("a") is Status.FAILED
 
 
 def test_a_raising_retry_policy_fails_the_task_and_never_leaves_it_stuck() -> None:
+    # in memory only: a store keeps only the built-in retry policies
     class Broken:
         def delay(self, retry: int, previous: Any) -> Any:
             raise RuntimeError("policy bug")
@@ -135,8 +139,8 @@ def test_bad_policy_arguments_are_refused(make: Any, exc: type[Exception], messa
         make()
 
 
-def test_bad_schedule_arguments_change_nothing() -> None:
-    sched = Scheduler(clock=ManualClock(0))
+def test_bad_schedule_arguments_change_nothing(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
     with pytest.raises(TypeError, match="when must be a schedule"):
         sched.schedule("a", 5, print)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="priority must be an int, got 'high'"):
@@ -145,10 +149,15 @@ def test_bad_schedule_arguments_change_nothing() -> None:
         sched.schedule_at_fixed_rate("a", 1, 1, print, misfire="skip")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="misfire applies to recurring schedules"):
         sched.schedule("a", Once(1), print, misfire=Misfire.SKIP)
+    assert sched.status("a") is None
+    assert sched.next_run_time() is None
+
+
+def test_a_schedule_with_no_run_time_is_refused() -> None:
+    sched = Scheduler(clock=ManualClock(0))  # in memory only: a custom schedule
     with pytest.raises(ValueError, match="when has no run time"):
         sched.schedule("a", Times([]), print)
     assert sched.status("a") is None
-    assert sched.next_run_time() is None
 
 
 # -- misfire policies -------------------------------------------------------------
@@ -164,15 +173,17 @@ def test_bad_schedule_arguments_change_nothing() -> None:
         (Misfire.bounded(2), [(0, 0), (20, 1), (30, 0)]),
     ],
 )
-def test_misfire_policies_after_a_jump(misfire: Misfire | None, expected: list[Any]) -> None:
-    sched = Scheduler(clock=ManualClock(0))
+def test_misfire_policies_after_a_jump(
+    misfire: Misfire | None, expected: list[Any], make_sched: Make
+) -> None:
+    sched = make_sched(clock=ManualClock(0))
     sched.schedule_at_fixed_rate("r", 0, 10, lambda at: None, misfire=misfire)
     got = sched.tick(9) + sched.tick(35)
     assert [(o.at, o.skipped) for o in got] == expected
 
 
-def test_skipped_slots_are_reported_on_the_next_run() -> None:
-    sched = Scheduler(clock=ManualClock(0))
+def test_skipped_slots_are_reported_on_the_next_run(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
     sched.schedule_at_fixed_rate("r", 0, 10, lambda at: None, misfire=Misfire.SKIP)
     sched.tick(9)
     assert sched.tick(35) == []  # 10, 20 and 30 were missed
@@ -180,8 +191,8 @@ def test_skipped_slots_are_reported_on_the_next_run() -> None:
     assert [(o.at, o.skipped) for o in sched.tick(40)] == [(40, 3)]
 
 
-def test_bounded_catch_up_runs_the_latest_k_missed_slots() -> None:
-    sched = Scheduler(clock=ManualClock(0))
+def test_bounded_catch_up_runs_the_latest_k_missed_slots(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
     sched.schedule_at_fixed_rate("r", 0, 10, lambda at: None, misfire=Misfire.bounded(2))
     sched.tick(9)
     got = sched.tick(65)
@@ -189,8 +200,8 @@ def test_bounded_catch_up_runs_the_latest_k_missed_slots() -> None:
     assert sched.next_run_time() == 70
 
 
-def test_a_first_slot_in_the_past_obeys_the_misfire_policy() -> None:
-    sched = Scheduler(clock=ManualClock(100))
+def test_a_first_slot_in_the_past_obeys_the_misfire_policy(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(100))
     sched.schedule("skip", FixedRate(10, start=45), lambda at: None, misfire=Misfire.SKIP)
     sched.schedule("all", FixedRate(10, start=75), lambda at: None)
     assert sched.next_run_time() == 45  # the first slot, until the misfire policy sees it
@@ -231,11 +242,16 @@ def misfire_oracle(period: int, offset: int, limit: int | None, nows: list[int])
 
 
 @pytest.mark.parametrize("limit", [None, 0, 1, 2, 3])
-def test_misfire_policies_match_a_brute_force_enumeration(limit: int | None) -> None:
+def test_misfire_policies_match_a_brute_force_enumeration(
+    limit: int | None, make_sched: Make
+) -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=150, deadline=None)
+    # each example makes a scheduler: on a database store, fewer of them
+    examples = 150 if make_sched.backend in ("memory", "durable-memory") else 20  # type: ignore[attr-defined]
+
+    @settings(max_examples=examples, deadline=None)
     @given(
         period=st.integers(1, 9),
         offset=st.integers(0, 20),
@@ -246,12 +262,13 @@ def test_misfire_policies_match_a_brute_force_enumeration(limit: int | None) -> 
         for step in steps:
             now += step
             nows.append(now)
-        sched = Scheduler(clock=ManualClock(0))
+        sched = make_sched(clock=ManualClock(0))
         misfire = None if limit is None else Misfire.bounded(limit)
         sched.schedule_at_fixed_rate("r", offset, period, lambda at: None, misfire=misfire)
         got = [(o.at, o.skipped) for now in nows for o in sched.tick(now)]
         assert got == misfire_oracle(period, offset, limit, nows)
-        sched._engine._check()
+        if make_sched.backend == "memory":  # type: ignore[attr-defined]
+            sched._engine._check()
 
     check()
 
@@ -259,8 +276,8 @@ def test_misfire_policies_match_a_brute_force_enumeration(limit: int | None) -> 
 # -- fixed delay, absolute times, priorities -------------------------------------------
 
 
-def test_fixed_delay_counts_from_when_the_run_finished() -> None:
-    sched = Scheduler(clock=ManualClock(1000))
+def test_fixed_delay_counts_from_when_the_run_finished(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(1000))
     sched.schedule("d", FixedDelay(5, initial_delay=2), lambda at: None)
     assert [o.at for o in sched.tick(1002)] == [1002]
     assert sched.next_run_time() == 1007
@@ -269,8 +286,8 @@ def test_fixed_delay_counts_from_when_the_run_finished() -> None:
     assert sched.next_run_time() == 1015  # ... so the next one is 5 after that
 
 
-def test_absolute_times() -> None:
-    sched = Scheduler(clock=ManualClock(1000))
+def test_absolute_times(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(1000))
     log: list[Any] = []
     sched.schedule("once", Once(at=1234), recorder(log, "once"))
     sched.schedule("rate", FixedRate(100, start=1100), recorder(log, "rate"))
@@ -279,8 +296,8 @@ def test_absolute_times() -> None:
     assert sched.status("once") is Status.DONE
 
 
-def test_priorities_order_same_time_runs_then_scheduling_order() -> None:
-    sched = Scheduler(clock=ManualClock(0))
+def test_priorities_order_same_time_runs_then_scheduling_order(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
     log: list[Any] = []
     for name, priority in [("a", 0), ("b", 5), ("c", -1), ("d", 0), ("e", 5), ("f", -1)]:
         sched.schedule_once(name, 3, recorder(log, name), priority=priority)
@@ -289,8 +306,8 @@ def test_priorities_order_same_time_runs_then_scheduling_order() -> None:
     assert [name for name, _ in log] == ["early", "c", "f", "a", "d", "b", "e"]
 
 
-def test_priority_persists_across_retries_and_slots() -> None:
-    sched = Scheduler(clock=ManualClock(0), backoff=10)
+def test_priority_persists_across_retries_and_slots(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0), backoff=10)
     sched.schedule_at_fixed_rate("low", 0, 10, lambda at: None)
     sched.schedule_at_fixed_rate("high", 0, 10, lambda at: None, priority=-1)
     sched.schedule_once("retry", 0, failing(ValueError()), max_retries=1, priority=-2)
@@ -301,9 +318,9 @@ def test_priority_persists_across_retries_and_slots() -> None:
 # -- pause, resume, reschedule ------------------------------------------------------
 
 
-def test_pause_keeps_a_task_from_running_until_resumed() -> None:
+def test_pause_keeps_a_task_from_running_until_resumed(make_sched: Make) -> None:
     clock = ManualClock(0)
-    sched = Scheduler(clock=clock)
+    sched = make_sched(clock=clock)
     log: list[Any] = []
     sched.schedule_once("a", 5, recorder(log, "a"))
     sched.schedule_once("b", 7, recorder(log, "b"))
@@ -322,9 +339,9 @@ def test_pause_keeps_a_task_from_running_until_resumed() -> None:
     sched._engine._check()
 
 
-def test_pause_from_inside_a_run_holds_the_next_slot() -> None:
+def test_pause_from_inside_a_run_holds_the_next_slot(make_sched: Make) -> None:
     clock = ManualClock(0)
-    sched = Scheduler(clock=clock)
+    sched = make_sched(clock=clock)
     sched.schedule_at_fixed_rate("r", 0, 10, lambda at: sched.pause("r") if at == 10 else None)
     assert [o.at for o in sched.tick(10)] == [0, 10]
     assert sched.is_paused("r")
@@ -334,9 +351,9 @@ def test_pause_from_inside_a_run_holds_the_next_slot() -> None:
     assert [o.at for o in sched.tick(100)] == [20, 30, 40, 50, 60, 70, 80, 90, 100]
 
 
-def test_resume_applies_the_misfire_policy_to_slots_missed_while_paused() -> None:
+def test_resume_applies_the_misfire_policy_to_slots_missed_while_paused(make_sched: Make) -> None:
     clock = ManualClock(0)
-    sched = Scheduler(clock=clock)
+    sched = make_sched(clock=clock)
     sched.schedule_at_fixed_rate("r", 0, 10, lambda at: None, misfire=Misfire.COALESCE)
     sched.tick(0)
     sched.pause("r")
@@ -346,8 +363,8 @@ def test_resume_applies_the_misfire_policy_to_slots_missed_while_paused() -> Non
     assert sched.next_run_time() == 60
 
 
-def test_cancel_and_reschedule_a_paused_task() -> None:
-    sched = Scheduler(clock=ManualClock(0))
+def test_cancel_and_reschedule_a_paused_task(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
     sched.schedule_once("a", 5, lambda at: None)
     sched.schedule_once("b", 5, lambda at: None)
     sched.pause("a")
@@ -362,9 +379,9 @@ def test_cancel_and_reschedule_a_paused_task() -> None:
     sched._engine._check()
 
 
-def test_reschedule_changes_the_period_and_keeps_the_task() -> None:
+def test_reschedule_changes_the_period_and_keeps_the_task(make_sched: Make) -> None:
     clock = ManualClock(0)
-    sched = Scheduler(clock=clock)
+    sched = make_sched(clock=clock)
     sched.schedule_at_fixed_rate("r", 0, 10, lambda at: None)
     assert [o.at for o in sched.tick(10)] == [0, 10]
     clock.set(12)
@@ -374,8 +391,8 @@ def test_reschedule_changes_the_period_and_keeps_the_task() -> None:
     assert sched.reschedule("nope", Once(1)) is False
 
 
-def test_reschedule_while_running_takes_over_after_the_run() -> None:
-    sched = Scheduler(clock=ManualClock(0))
+def test_reschedule_while_running_takes_over_after_the_run(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
 
     def act(at: int) -> None:
         if at == 0:
@@ -408,6 +425,7 @@ class TimesCursor:
 
 
 def test_a_custom_schedule_runs_at_its_times_then_finishes() -> None:
+    # in memory only: a store keeps only the built-in schedules
     sched = Scheduler(clock=ManualClock(0))
     sched.schedule("t", Times([3, 4, 9]), lambda at: None)
     assert [o.at for o in sched.tick(100)] == [3, 4, 9]
@@ -415,6 +433,7 @@ def test_a_custom_schedule_runs_at_its_times_then_finishes() -> None:
 
 
 def test_a_schedule_that_raises_fails_its_task() -> None:
+    # in memory only: a store keeps only the built-in schedules
     class Bad:
         def start(self, now: Any) -> Any:
             return self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
@@ -121,10 +122,19 @@ def test_gunicorn_workers_share_one_durable_schedule(tmp_path: pathlib.Path) -> 
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        time.sleep(3)
+        # Until the workers made at least five runs (however loaded the machine): a
+        # SIGTERM before gunicorn's arbiter installed its handlers would kill it.
+        deadline = time.monotonic() + 120
+        while _runs(db) < 5:
+            assert server.poll() is None, "gunicorn exited"
+            assert time.monotonic() < deadline, "no five runs in 120 s"
+            time.sleep(0.1)
     finally:
         server.send_signal(signal.SIGTERM)
-        assert server.wait(30) == 0
+        try:
+            assert server.wait(60) == 0
+        finally:
+            server.kill()
     store = SQLiteStore(db)
     try:
         assert [row.task_id for row in store.rows()] == ["purge-sessions"]  # one task, not three
@@ -135,6 +145,19 @@ def test_gunicorn_workers_share_one_durable_schedule(tmp_path: pathlib.Path) -> 
     assert len(slots) >= 5
     assert len(slots) == len(set(slots))  # each slot once across the workers
     assert all(run.result == "ok" for run in runs)
+
+
+def _runs(db: pathlib.Path) -> int:
+    """How many runs the store at ``db`` recorded (0 before it exists)."""
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(db, timeout=5)) as con:
+            return int(con.execute("SELECT count(*) FROM cadence_outcomes").fetchone()[0])
+    except sqlite3.OperationalError:  # the schema is not there yet
+        return 0
 
 
 def test_celery_beat_schedule_ported() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from cadence import (
@@ -17,9 +18,11 @@ from cadence import (
 )
 from tests.helpers import Collector
 
+Make = Callable[..., Scheduler]
 
-def test_runner_orders_same_time_runs_by_priority() -> None:
-    sched = Scheduler(clock=ManualClock(0))
+
+def test_runner_orders_same_time_runs_by_priority(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
     for name, priority in [("c", 2), ("a", -1), ("b", 0), ("d", 2)]:
         sched.schedule_once(name, 0, lambda at: None, priority=priority)
     seen = Collector()
@@ -28,9 +31,9 @@ def test_runner_orders_same_time_runs_by_priority() -> None:
     assert [o.task_id for o in got] == ["a", "b", "c", "d"]
 
 
-def test_runner_fixed_delay_counts_from_the_clock_at_completion() -> None:
+def test_runner_fixed_delay_counts_from_the_clock_at_completion(make_sched: Make) -> None:
     clock = ManualClock(1000)
-    sched = Scheduler(clock=clock)
+    sched = make_sched(clock=clock)
     seen = Collector()
 
     def three_units_long(at: Any) -> None:
@@ -45,9 +48,9 @@ def test_runner_fixed_delay_counts_from_the_clock_at_completion() -> None:
         assert [o.at for o in seen.wait_for(2)] == [1000, 1008]
 
 
-def test_runner_applies_misfire_policies_and_stats_count_skips() -> None:
+def test_runner_applies_misfire_policies_and_stats_count_skips(make_sched: Make) -> None:
     clock = ManualClock(0)
-    sched = Scheduler(clock=clock)
+    sched = make_sched(clock=clock)
     seen = Collector()
     with Runner(sched, on_outcome=seen) as runner:
         sched.schedule("r", FixedRate(10), lambda at: None, misfire=Misfire.COALESCE)
@@ -59,9 +62,9 @@ def test_runner_applies_misfire_policies_and_stats_count_skips() -> None:
     assert stats.skipped == 3
 
 
-def test_runner_pause_and_resume() -> None:
+def test_runner_pause_and_resume(make_sched: Make) -> None:
     clock = ManualClock(0)
-    sched = Scheduler(clock=clock)
+    sched = make_sched(clock=clock)
     seen = Collector()
     with Runner(sched, on_outcome=seen):
         sched.schedule_at_fixed_rate("r", 10, 10, lambda at: None)
@@ -74,9 +77,9 @@ def test_runner_pause_and_resume() -> None:
     assert [(o.task_id, o.at) for o in got] == [("marker", 25), ("r", 10), ("r", 20)]
 
 
-def test_async_runner_fixed_delay_and_coalesce() -> None:
+def test_async_runner_fixed_delay_and_coalesce(make_sched: Make) -> None:
     clock = ManualClock(0)
-    sched = Scheduler(clock=clock)
+    sched = make_sched(clock=clock)
     outcomes: list[Any] = []
 
     async def wait_for(n: int) -> None:
@@ -100,8 +103,8 @@ def test_async_runner_fixed_delay_and_coalesce() -> None:
     ]  # fmt: skip
 
 
-def test_stats_from_tick_outcomes() -> None:
-    sched = Scheduler(clock=ManualClock(0))
+def test_stats_from_tick_outcomes(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
     stats = Stats()
     sched.schedule("r", FixedRate(10), lambda at: None, misfire=Misfire.SKIP)
     sched.schedule_once("bad", 0, _fail, max_retries=1)

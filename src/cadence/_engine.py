@@ -37,7 +37,7 @@ from collections.abc import Hashable
 
 from ._policy import Cursor, Plan, RetryPolicy
 from ._queue import Entry, RunQueue
-from ._types import Action, Result, RunOutcome, Status, TaskInfo, Time
+from ._types import FINISHED, UNFINISHED, Action, Result, RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, PLAIN, time_from
 from .schedules import Once
 
@@ -60,8 +60,6 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 }
 """Every allowed status change; :func:`move` refuses any other."""
 
-FINISHED = frozenset({DONE, FAILED, CANCELLED})
-UNFINISHED = frozenset({SCHEDULED, QUEUED, RUNNING})
 
 _new_outcome = tuple.__new__
 
@@ -83,7 +81,7 @@ def _later(previous: Time, value: object, now: Time) -> Time:
     return at
 
 
-def _raiser(error: BaseException) -> Action:
+def raiser(error: BaseException) -> Action:
     """An action that fails with ``error``: how a run whose policy broke reports it."""
 
     def broken(at: Time) -> None:
@@ -171,7 +169,7 @@ class Engine:
         finished = self._history.get(task_id)
         if finished is None:
             return None
-        return TaskInfo(task_id, finished, False, None, None, 0, None)
+        return task_info(task_id, finished, False, 0, None, 0, 0, None)
 
     def infos(self) -> list[TaskInfo]:
         """A :class:`TaskInfo` for every unfinished task. O(n)."""
@@ -295,18 +293,24 @@ class Engine:
         task.entry = self._queue.push(task.entry[0], task.entry[2], plan.priority)
         return True
 
-    def reschedule(self, task_id: Hashable, cursor: Cursor | None, at: Time) -> bool:
+    def reschedule(
+        self, task_id: Hashable, cursor: Cursor | None, at: Time, schedule: object = None
+    ) -> bool:
         """Give an unfinished task a new next run at ``at``, then ``cursor``'s runs.
 
         The task keeps its id, action, status and policies; its retry count
         resets. A queued or running run goes on, and the new schedule takes
-        over when it completes. ``False`` if the task is unknown or finished.
+        over when it completes. ``schedule`` (the schedule ``cursor`` was
+        started from) is what :meth:`info` shows from now on; ``None`` keeps
+        the one shown. ``False`` if the task is unknown or finished.
         O(log n).
         """
         task = self._tasks.get(task_id)
         if task is None:
             return False
         plan = _plan(task)
+        if schedule is not None:
+            plan.schedule = schedule
         plan.cursor = cursor
         plan.slot = at
         plan.backlog = None
@@ -323,14 +327,40 @@ class Engine:
             self._queue.discard()  # the old entry; after the change, as in pause
         return True
 
-    def claim(self, now: Time, *, queued: bool = False) -> Task | None:
+    def trigger(self, task_id: Hashable, now: Time) -> bool:
+        """Give a scheduled, unpaused task an extra run at ``now``; its schedule goes on.
+
+        The run it had is due next, then its schedule's: nothing is skipped or
+        merged, so each accepted trigger is one run of its own (also when a
+        run is due already, or another trigger came just before). ``False``
+        if the task is unknown, finished, paused, or has a run queued or in
+        flight. O(log n).
+        """
+        task = self._tasks.get(task_id)
+        if task is None or task.status is not SCHEDULED:
+            return False
+        plan = _plan(task)
+        if plan.paused:
+            return False
+        due, backlog, slot = task.entry[0], plan.backlog, plan.slot
+        if plan.schedule is None:  # a one-off with no options: keep showing its own time
+            plan.schedule = Once(at=due)
+        self.reschedule(task_id, plan.cursor, now)
+        plan.backlog = deque([due, *(backlog or ())])
+        plan.slot = slot
+        return True
+
+    def claim(self, now: Time, *, queued: bool = False, moved: bool = True) -> Task | None:
         """Take the earliest run due at ``now`` (``at <= now``), or ``None``.
 
         Its task becomes ``running``, or ``queued`` when ``queued`` is true
         (then :meth:`start` it when a worker picks it up). The caller must
         eventually pass the task to :meth:`complete` (unless :meth:`start`
         refused it). A late run of a task with a bounded misfire policy is
-        decided here (see :meth:`_misfire`). O(log n).
+        decided here (see :meth:`_misfire`); if that queues another run in its
+        place, the claim goes on in time order, or, when ``moved`` is false,
+        returns ``None`` at once (a store claims that run later, in its
+        order with other tasks' runs). O(log n).
         """
         while True:
             task = self._queue.pop_due(now)
@@ -347,6 +377,8 @@ class Engine:
             ):
                 move(task, QUEUED if queued else RUNNING)
                 return task
+            if not moved:
+                return None
 
     def start(self, task: Task) -> bool:
         """Move a claimed ``queued`` run to ``running``. O(1).
@@ -577,7 +609,7 @@ class Engine:
         plan.cursor = None
         plan.backlog = None
         plan.max_retries = 0
-        task.action = _raiser(error)
+        task.action = raiser(error)
 
     def _requeue(self, task: Task, at: Time) -> None:
         """Queue the task's next run at ``at`` (parked, if it was paused meanwhile)."""
@@ -669,18 +701,39 @@ class Engine:
 def _info(task: Task) -> TaskInfo:
     """What is known of an unfinished task."""
     plan = task.plan
-    paused = plan is not None and plan.paused
     at = task.entry[0]
-    schedule = plan.schedule if plan is not None else None
-    return TaskInfo(
-        task.entry[2],
-        task.status,
-        paused,
-        at if task.status is SCHEDULED and not paused else None,
-        Once(at=at) if schedule is None else schedule,
-        0 if plan is None else plan.attempt,
-        task.last,
-    )
+    if plan is None:
+        return task_info(task.entry[2], task.status, False, at, Once(at=at), 0, at, task.last)
+    return task_info(
+        task.entry[2], task.status, plan.paused, at, plan.schedule, plan.attempt,
+        plan.first_at if plan.attempt else at, task.last,
+    )  # fmt: skip
+
+
+def task_info(
+    task_id: Hashable,
+    status: Status,
+    paused: bool,
+    due: Time,
+    schedule: object,
+    attempt: int,
+    slot: Time,
+    last: RunOutcome | None,
+) -> TaskInfo:
+    """What :meth:`Scheduler.info` shows of a task, wherever it lives: the one rule.
+
+    ``due`` is its current run's time, ``slot`` that run's slot (they differ
+    for a retry), ``schedule`` the schedule it was given (``None``: one this
+    process cannot read). A finished task shows only its status; a one-off shows the
+    instant of its slot (``Once(at=...)``), not the delay it was given, which
+    meant something only when it was scheduled. O(1).
+    """
+    if status in FINISHED:
+        return TaskInfo(task_id, status, False, None, None, 0, None)
+    if type(schedule) is Once and schedule.at is None:
+        schedule = Once(at=slot)
+    nxt = due if status is SCHEDULED and not paused else None
+    return TaskInfo(task_id, status, paused, nxt, schedule, attempt, last)
 
 
 def _end_slot(plan: Plan) -> None:

@@ -25,8 +25,8 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NEG_LIMIT = -LIMIT
-_EPOCH_CLOCKS = (time.time,)
-_MONOTONIC_CLOCKS = (time.monotonic, time.perf_counter)
+EPOCH_CLOCKS = (time.time,)
+MONOTONIC_CLOCKS = (time.monotonic, time.perf_counter)
 EPOCH_SUSPECT = 10 * 365 * 86_400
 """On a monotonic clock, an absolute time this far ahead is taken for an epoch time
 given by mistake (``Once(at=time.time() + 60)``): refused with a clear error."""
@@ -63,7 +63,7 @@ def _start(when: object, now: Time) -> Cursor:
     return cursor  # type: ignore[no-any-return]
 
 
-def _plan(
+def make_plan(
     cursor: Cursor | None,
     max_retries: int,
     retry: RetryPolicy | None,
@@ -75,7 +75,7 @@ def _plan(
     _check_retry(retry)
     if misfire is not None and not isinstance(misfire, Misfire):
         raise TypeError(f"misfire must be a cadence.misfire.Misfire, got {misfire!r}")
-    _check_priority(priority)
+    check_priority(priority)
     retry_on = _check_retry_on(retry_on)
     limit = None if misfire is None else misfire.limit
     plan = Plan(cursor, max_retries, retry, limit, priority)
@@ -99,7 +99,7 @@ def _check_retry_on(retry_on: object) -> RetryOn | None:
     )
 
 
-def _check_priority(priority: object) -> None:
+def check_priority(priority: object) -> None:
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")
 
@@ -168,9 +168,7 @@ class Scheduler:
         if epoch is not None and not isinstance(epoch, bool):
             raise TypeError(f"epoch must be True, False or None, got {epoch!r}")
         if epoch is None:
-            epoch = (
-                True if clock in _EPOCH_CLOCKS else False if clock in _MONOTONIC_CLOCKS else None
-            )
+            epoch = True if clock in EPOCH_CLOCKS else False if clock in MONOTONIC_CLOCKS else None
         self._epoch = epoch
 
     def __repr__(self) -> str:
@@ -282,7 +280,7 @@ class Scheduler:
         if at.__class__ is not float or at - at:
             at = self._at(delay)  # type: ignore[arg-type]
         if max_retries:
-            return self._add(task_id, at, action, _plan(None, max_retries, None, None, 0))
+            return self._add(task_id, at, action, make_plan(None, max_retries, None, None, 0))
         return self._add(task_id, at, action, None)
 
     def schedule_at_fixed_rate(
@@ -385,7 +383,7 @@ class Scheduler:
         _validate.count("max_retries", max_retries)
         if isinstance(when, Once) and misfire is not None:
             raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
-        plan = _plan(None, max_retries, retry, misfire, priority, retry_on)
+        plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)
         action = self._prepare(action, args, kwargs)
         cursor, first = self._first(when)
         plan.cursor = cursor
@@ -564,7 +562,22 @@ class Scheduler:
         not a finite number. Nothing changes when it raises.
         """
         cursor, first = self._first(when)
-        return self._change(self._engine.reschedule, task_id, cursor, first)
+        return self._change(self._engine.reschedule, task_id, cursor, first, when)
+
+    def trigger(self, task_id: Hashable) -> bool:
+        """Run a scheduled task once now, outside its schedule; its schedule goes on after.
+
+        ``False`` if the task is unknown, finished, paused, or has a run queued
+        or in flight. The extra run is an ordinary run of the task (retried per
+        its policy, with the key of the slot ``now``); afterwards the task's
+        next run is the one it had, then its schedule's. Each accepted trigger
+        is a run of its own, also when a run is due already (which still runs
+        after it) or another trigger came just before.
+
+        Complexity: O(log n). Raises what reading the clock raises.
+        """
+        now = time_from("the clock", self._clock())
+        return self._change(self._engine.trigger, task_id, now)
 
     def _change(
         self, operation: Callable[..., bool], *args: Any, event: EventKind | None = None

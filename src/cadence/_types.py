@@ -93,6 +93,28 @@ class RunOutcome(NamedTuple):
         return datetime.fromtimestamp(self.started, tz)
 
 
+FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
+"""The final statuses: a task in one is *finished* (the one definition; stores and the
+command use it, the SQL stores through :func:`sql_set`)."""
+UNFINISHED = frozenset({Status.SCHEDULED, Status.QUEUED, Status.RUNNING})
+"""The statuses of a task that may still run."""
+LEASED = frozenset({Status.QUEUED, Status.RUNNING})
+"""The statuses of a stored task whose run is claimed: it holds a lease."""
+CLAIMED = Status.RUNNING
+"""The status a store writes when it claims a run, and when it takes over an
+expired lease: a stored run is ``running`` from its claim (a runner that claims
+ahead of its workers shows its own waiting claims ``queued``, see
+:meth:`cadence.Scheduler.status`). Allowed by the engine's transition table from
+``scheduled`` and from both leased statuses (a test checks each store's SQL)."""
+RELEASED = Status.SCHEDULED
+"""The status a store writes when a claimed, unstarted run is given back."""
+
+
+def sql_set(statuses: frozenset[Status]) -> str:
+    """The statuses as a SQL list literal, sorted: ``('cancelled', 'done', 'failed')``."""
+    return "(" + ", ".join(f"'{s}'" for s in sorted(statuses)) + ")"
+
+
 class TaskInfo(NamedTuple):
     """What :meth:`cadence.Scheduler.info` knows about one task.
 

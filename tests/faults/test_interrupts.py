@@ -28,7 +28,7 @@ from cadence import ManualClock, Scheduler, Status
 from cadence.misfire import Misfire
 from cadence.schedules import FixedRate
 
-armed = True
+armed = False  # armed only inside the loop's try: an interrupt elsewhere is ignored
 def handler(signum, frame):
     global armed
     if armed:
@@ -56,6 +56,7 @@ while not stop.is_set():
             s.cancel(("rate", (ops + 3) % 8))
             clock.advance(1)
             s.tick(clock())
+        armed = False
     except KeyboardInterrupt:
         interrupts += 1
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -125,6 +126,14 @@ def finish(proc: subprocess.Popen[str], timeout: float = 30) -> str:
 
 def test_a_sigint_barrage_against_schedule_cancel_tick_leaks_nothing() -> None:
     proc = child(BARRAGE)
+    try:
+        barrage(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def barrage(proc: subprocess.Popen[str]) -> None:
     for _ in range(400):
         if proc.poll() is not None:
             break  # it died: finish() shows why
@@ -134,15 +143,21 @@ def test_a_sigint_barrage_against_schedule_cancel_tick_leaks_nothing() -> None:
     with contextlib.suppress(BrokenPipeError):
         proc.stdin.write("stop\n")
         proc.stdin.flush()
-    verdict = finish(proc).split()
+    verdict = finish(proc, timeout=120).split()
     assert verdict[0] == "ok"
     assert int(verdict[1]) >= 100  # interrupts that landed inside the hot loop
 
 
 def test_one_ctrl_c_inside_with_runner_always_exits() -> None:
-    procs = [child(RUNNER) for _ in range(12)]
-    for proc in procs:
-        time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGINT)
-    for proc in procs:
-        assert finish(proc, timeout=20).strip() == "exited"
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        procs += [child(RUNNER) for _ in range(12)]
+        for proc in procs:
+            time.sleep(0.01)
+            os.kill(proc.pid, signal.SIGINT)
+        for proc in procs:
+            assert finish(proc, timeout=60).strip() == "exited"
+    finally:  # a failure leaves no child spinning (they loop until interrupted)
+        for proc in procs:
+            proc.kill()
+            proc.wait()

@@ -16,7 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cadence._policy import Schedule
-from cadence.durable._codec import json_value, resolve_path
+from cadence.durable import json_value, resolve_path
 from cadence.misfire import Misfire
 from cadence.retry import JITTERS, Backoff
 from cadence.schedules import FixedRate, Once

@@ -10,8 +10,7 @@ one-off runs. Every run is taken to succeed (no retries).
 
 from __future__ import annotations
 
-from cadence._clock import ManualClock
-from cadence._scheduler import Scheduler
+from cadence import ManualClock, Scheduler
 from cadence.cli._jobfile import Job
 
 MAX_RUNS = 100_000

@@ -15,7 +15,7 @@ from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from cadence._runner import Runner
+from cadence import Runner
 from cadence.cli import _command
 from cadence.cli._jobfile import Job, local_zone
 from cadence.durable import DurableScheduler

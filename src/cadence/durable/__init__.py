@@ -3,8 +3,20 @@
 ``DurableScheduler(SQLiteStore("jobs.db"))`` keeps every task in a SQLite
 file: tasks survive restarts and ``kill -9``, several processes can share
 the file, and each slot's run is recorded once. See ``docs/durability.md``.
+
+``json_value`` (what a stored task's arguments may be) and ``resolve_path``
+(how a stored ``"module:function"`` action is found) are the two rules of the
+stored form that a job file's loader checks before anything is stored.
 """
 
+from ._codec import json_value, resolve_path
 from ._scheduler import DurableScheduler, GivenBack, LeaseExpired, StoredError
 
-__all__ = ["DurableScheduler", "GivenBack", "LeaseExpired", "StoredError"]
+__all__ = [
+    "DurableScheduler",
+    "GivenBack",
+    "LeaseExpired",
+    "StoredError",
+    "json_value",
+    "resolve_path",
+]

@@ -23,8 +23,6 @@ from cadence.store import OutcomeRow, TaskRow
 
 from . import _codec
 
-LEASED = frozenset({Status.QUEUED, Status.RUNNING})
-
 
 class Held(Task):
     """A task rebuilt from its row, adopted by an engine of its own.
@@ -164,6 +162,19 @@ def outcome_row(row: TaskRow, outcome: RunOutcome, finished: Time) -> OutcomeRow
 
 VALUE_CHARS = 4000
 """The most characters of a run's value kept in its stored outcome."""
+
+
+def value_from(text: str | None) -> object:
+    """A run's value read back from its stored text: the JSON it was stored as, else the
+    text itself (a str value; or the ``repr`` of a value JSON cannot carry, or one cut
+    at :data:`VALUE_CHARS`). A str value that is itself JSON text (``"42"``) reads back
+    as what it spells. O(len(text))."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _shown(value: object) -> str | None:

@@ -15,32 +15,42 @@ from typing import Any, NamedTuple, TypeVar, Unpack
 
 from cadence import _validate
 from cadence._calls import Bound, prepare
-from cadence._engine import _raiser
+from cadence._engine import raiser, task_info
 from cadence._events import Event, EventKind
 from cadence._policy import RetryOn, RetryPolicy, Schedule
 from cadence._scheduler import (
-    _MONOTONIC_CLOCKS,
+    MONOTONIC_CLOCKS,
     Clock,
     Scheduler,
     TaskOptions,
-    _check_priority,
     fatal,
+    make_plan,
 )
-from cadence._scheduler import _plan as make_plan
-from cadence._types import Action, Result, RunOutcome, Status, TaskInfo, Time, epoch_shown
+from cadence._types import (
+    CLAIMED,
+    FINISHED,
+    LEASED,
+    RELEASED,
+    Action,
+    Result,
+    RunOutcome,
+    Status,
+    TaskInfo,
+    Time,
+    epoch_shown,
+)
 from cadence.misfire import Misfire
 from cadence.schedules import FixedRate, Once
 from cadence.store import Change, Edit, Known, OutcomeRow, Store, StoreError, TaskRow
 
 from . import _codec
-from ._rows import LEASED, Held, dump, new_row, outcome_row, restore, state_of
+from ._rows import Held, dump, new_row, outcome_row, restore, slot_of, state_of, value_from
 
 logger = logging.getLogger("cadence.durable")
 """Leases lost and taken over, actions no node here knows, store faults."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 _UNSET: Any = object()
-FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
 
 
 STORE_RETRY = 1.0
@@ -173,7 +183,7 @@ class DurableScheduler(Scheduler):
         group_commit: bool = True,
         imports: bool | Collection[str] = False,
     ) -> None:
-        if clock in _MONOTONIC_CLOCKS:
+        if clock in MONOTONIC_CLOCKS:
             raise ValueError(
                 f"clock {clock!r} is monotonic: its readings mean nothing to another process "
                 "or after a restart; a durable scheduler needs epoch time (time.time, the default)"
@@ -402,14 +412,21 @@ class DurableScheduler(Scheduler):
         row = self._row(task_id, when, action, args, kwargs, max_retries, retry, retry_on,
                         misfire, priority)  # fmt: skip
 
+        replaced = False
+
         def add(old: TaskRow | None) -> Change[bool]:
+            nonlocal replaced
             if old is not None and old.status not in FINISHED and not replace_existing:
                 return Change(False)
             if old is not None:
                 row.fence = old.fence + 1  # the old task's run in flight is now stale
+                replaced = old.status not in FINISHED
             return Change(True, row=row, requeued=True)
 
-        return self._declare(row, add)
+        added = self._declare(row, add)
+        if replaced:  # as a cancel: the old task's run in flight here is only reported
+            self._cancelled_here(row.task_id)
+        return added
 
     def ensure(
         self,
@@ -483,7 +500,7 @@ class DurableScheduler(Scheduler):
             )
         name, function = self._reference(action)
         _validate.count("max_retries", max_retries)
-        _check_priority(priority)
+        plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)  # validates
         if isinstance(when, Once) and misfire is not None:
             raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
         stored_args = None if args is None else _codec.json_value("args", args)
@@ -498,7 +515,6 @@ class DurableScheduler(Scheduler):
             "retry_on": _codec.retry_on_spec(retry_on),
             "misfire": None if misfire is None else misfire.limit,
         }
-        plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)
         cursor, first = self._first(when)
         plan.cursor = cursor
         return new_row(task_id, name, spec, plan, first)
@@ -554,13 +570,18 @@ class DurableScheduler(Scheduler):
         """
         cancelled = self._apply(task_id, lambda t: t.engine.cancel(t.task_id), None)
         if cancelled:
-            with self._hold:
-                held = self._held.get(task_id)  # type: ignore[call-overload]
-                if held is not None:
-                    held.cancelled = True
+            self._cancelled_here(task_id)
             if self._hooks:
                 self._emit(Event(EventKind.TASK_REMOVED, task_id))
         return cancelled
+
+    def _cancelled_here(self, task_id: Hashable) -> None:
+        """The task's run held by this node (if any) belongs to a cancelled task: it
+        does not start, and its completion is only reported (as in memory)."""
+        with self._hold:
+            held = self._held.get(task_id)  # type: ignore[call-overload]
+            if held is not None:
+                held.cancelled = True
 
     def pause(self, task_id: Hashable) -> bool:
         """As :meth:`cadence.Scheduler.pause`, in the store. One transaction."""
@@ -577,42 +598,22 @@ class DurableScheduler(Scheduler):
 
         def operation(task: Held) -> bool:
             task.row.spec = {**task.row.spec, "schedule": spec}  # replaced, never changed
-            return task.engine.reschedule(task.task_id, cursor, first)
+            return task.engine.reschedule(task.task_id, cursor, first, when)
 
         return self._apply(task_id, operation, None)
 
     def trigger(self, task_id: Hashable) -> bool:
-        """Run a scheduled task once now, outside its schedule; its schedule goes on after.
-
-        ``False`` if the task is unknown, finished, paused, or has a run in
-        flight. The extra run is an ordinary run of the task (retried per its
-        policy); afterwards the task's next slot is the one it had. Each
-        accepted trigger is a run of its own, also when a run is due already
-        (which still runs after it) or another trigger came just before. One
-        transaction.
-        """
+        """As :meth:`cadence.Scheduler.trigger`, in the store (now is the store's
+        time). One transaction."""
         now = self._store_time(_validate.time_from("the clock", self._clock()))
-
-        def operation(task: Held) -> bool:
-            plan = task.plan
-            if task.status is not Status.SCHEDULED or plan is None or plan.paused:
-                return False
-            due, backlog, slot = task.entry[0], plan.backlog, plan.slot
-            # A run of its own now, even if one is due already (or was triggered a
-            # moment ago): each accepted trigger is one run (they were merged unsaid)
-            task.engine.reschedule(task.task_id, plan.cursor, now)
-            plan.backlog = deque([due, *(backlog or ())])  # then the run it had
-            plan.slot = slot
-            return True
-
-        return self._apply(task_id, operation, None)
+        return self._apply(task_id, lambda t: t.engine.trigger(t.task_id, now), None)
 
     # -- queries -----------------------------------------------------------
 
     def status(self, task_id: Hashable) -> Status | None:
         """As :meth:`cadence.Scheduler.status`; finished tasks stay until pruned. One read."""
         row = self._store.get(task_id) if isinstance(task_id, str) else None
-        return None if row is None else Status(row.status)
+        return None if row is None else self._status(row)
 
     def is_paused(self, task_id: Hashable) -> bool:
         """As :meth:`cadence.Scheduler.is_paused`. One read."""
@@ -628,7 +629,7 @@ class DurableScheduler(Scheduler):
         row = self._store.get(task_id) if isinstance(task_id, str) else None
         if row is None:
             return None
-        last = self._store.outcomes(row.task_id, 1)
+        last = self._store.outcomes(row.task_id, 1) if row.status not in FINISHED else None
         return self._info(row, last[0] if last else None)
 
     def tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskInfo]:
@@ -703,30 +704,38 @@ class DurableScheduler(Scheduler):
                 self._store_failed(exc)
         return _validate.time_from("the clock", self._clock()) + STORE_RETRY
 
-    def _info(self, row: TaskRow, o: OutcomeRow | None) -> TaskInfo:
-        """What ``info`` shows of a stored task, ``o`` its latest outcome. O(1)."""
+    def _status(self, row: TaskRow) -> Status:
+        """A stored task's status as this process sees it: a run this node claimed
+        ahead of its pool's workers is ``queued`` until one starts it (the store
+        says ``running`` from the claim on: other processes cannot tell). O(1)."""
         status = Status(row.status)
+        if status is CLAIMED and self._held:
+            with self._hold:
+                held = self._held.get(row.task_id)
+                if held is not None and held.fence == row.fence:
+                    return held.status
+        return status
+
+    def _info(self, row: TaskRow, o: OutcomeRow | None) -> TaskInfo:
+        """What ``info`` shows of a stored task, ``o`` its latest outcome: built by the
+        one rule the in-memory scheduler uses (:func:`cadence._engine.task_info`). O(1)."""
+        status = self._status(row)
         outcome = None
-        if o is not None:
+        if o is not None and status not in FINISHED:
             error = None if o.error is None else StoredError(o.error)
             started = o.finished if o.started is None else o.started
             outcome = RunOutcome(
                 row.task_id, o.at, Result(o.result), error, o.attempt, started, o.skipped,
-                o.value,
+                value_from(o.value),
             )  # fmt: skip
         try:
             schedule = None if row.unreadable else _codec.schedule_from(row.spec["schedule"])
         except StoreError:  # a kind a newer cadence wrote (see _refuse)
             schedule = None
-        return TaskInfo(
-            row.task_id,
-            status,
-            row.paused,
-            row.due if status is Status.SCHEDULED and not row.paused else None,
-            schedule,
-            row.state.get("attempt", 0),
-            outcome,
-        )
+        return task_info(
+            row.task_id, status, row.paused, row.due, schedule, row.state.get("attempt", 0),
+            row.due if row.unreadable else slot_of(row), outcome,
+        )  # fmt: skip
 
     # -- running -----------------------------------------------------------
 
@@ -742,6 +751,7 @@ class DurableScheduler(Scheduler):
             task = self._claim_from_store(now, 1)
             if task is None:
                 return outcomes
+            task.engine.start(task)
             error = self._call(task)
             outcomes.append(self._complete(task, error, now, now))
             if error is not None and fatal(error):
@@ -780,10 +790,13 @@ class DurableScheduler(Scheduler):
         having run out).
         """
         try:
-            return self._claim_next(now, room)
+            task = self._claim_next(now, room)
         except Exception as exc:
             self._store_failed(exc)
             return None
+        if task is not None and not queued:
+            task.engine.start(task)
+        return task
 
     def _store_failed(self, exc: Exception) -> None:
         """A runner's read or claim failed: retry after :data:`STORE_RETRY`, and say
@@ -870,15 +883,24 @@ class DurableScheduler(Scheduler):
             batch = ()
             if not rows:
                 return None
-            ready = [task for task in map(self._decide, rows, [now] * len(rows)) if task]
+            moved: list[Time] = []
+            ready = [task for row in rows if (task := self._decide(row, now, moved))]
+            if moved:  # runs claimed with these that come after a moved one wait for it
+                first = min(moved)
+                for task in [t for t in ready if t.row.due > first]:
+                    ready.remove(task)
+                    self._release(task.row)
         with self._hold:
             for task in ready:
                 self._held[task.task_id] = task  # type: ignore[index]
             self._buffer.extend(ready[1:])
         return ready[0]
 
-    def _decide(self, row: TaskRow, now: Time) -> Held | None:
-        """Turn a claimed row into a run to start, or settle it (and return ``None``)."""
+    def _decide(self, row: TaskRow, now: Time, moved: list[Time]) -> Held | None:
+        """Turn a claimed row into a run to start, or settle it (and return ``None``).
+
+        A run its misfire policy moved to a later slot is given back at that
+        slot's time, which is appended to ``moved``."""
         function = self._callable(row.action)
         if function is None:
             self._release(row)
@@ -888,7 +910,7 @@ class DurableScheduler(Scheduler):
             return None
         action = self._bind(function, row)
         try:
-            task = restore(row, action, Status.RUNNING if row.reclaimed else Status.SCHEDULED)
+            task = restore(row, action, Status.QUEUED if row.reclaimed else Status.SCHEDULED)
         except Exception as exc:  # a spec this cadence cannot read (a newer one wrote it?)
             self._refuse(row, repr(exc))
             return None
@@ -900,6 +922,7 @@ class DurableScheduler(Scheduler):
                 row.expiries,
             )
             if row.expiries >= self._max_expiries:
+                task.engine.start(task)
                 error = LeaseExpired(
                     f"the lease of task {row.task_id!r}'s run at {row.due!r} expired "
                     f"{row.expiries} times"
@@ -907,10 +930,12 @@ class DurableScheduler(Scheduler):
                 self._complete(task, error, now, now)
                 return None
         else:
-            claimed = task.engine.claim(now)
+            claimed = task.engine.claim(now, queued=True, moved=False)
             assert task.plan is not None
             if claimed is None or task.row.state != state_of(task.plan):
-                # the misfire policy moved the run (or ended the task): store its decision
+                # The misfire policy decided: store its decision. A run it moved to a
+                # later slot is given back at that time, to be claimed in time order
+                # with every other task's runs (as in memory); so is one it ended.
                 settled = claimed is None
                 new, requeued = dump(task, keep_lease=not settled)
                 decided = self._store.modify(
@@ -919,6 +944,8 @@ class DurableScheduler(Scheduler):
                     fence=row.fence,
                 )
                 if decided is None or settled:
+                    if decided is not None and requeued:
+                        moved.append(new.due)
                     return None
                 task.row = new
         task.until = now + self._lease
@@ -946,14 +973,14 @@ class DurableScheduler(Scheduler):
         try:
             return prepare(function, row.spec["args"], row.spec["kwargs"])
         except TypeError as exc:
-            return _raiser(exc)
+            return raiser(exc)
 
     def _release(self, row: TaskRow) -> None:
         """Give a claimed, unstarted run back: claimable again at once, nothing counted."""
 
         def give_back(current: TaskRow | None) -> Change[None]:
             assert current is not None
-            current.status = str(Status.SCHEDULED)
+            current.status = str(RELEASED)
             current.owner = current.lease_until = None
             return Change(None, row=current)
 
@@ -991,7 +1018,11 @@ class DurableScheduler(Scheduler):
 
     def _start(self, task: Held) -> bool:  # type: ignore[override]
         """A worker picks up a claimed run: ``False`` if it was cancelled or its lease lost."""
-        return not (task.cancelled or task.lost)
+        if task.cancelled or task.lost:
+            return False
+        with self._hold:  # status() reads it under the same lock
+            task.engine.start(task)
+        return True
 
     def _complete(  # type: ignore[override]
         self, task: Held, error: BaseException | None, started: Time, finished: Time
@@ -1236,7 +1267,7 @@ class DurableScheduler(Scheduler):
                     "task %r: lease lost before its run at %s completed; its outcome is not "
                     "recorded (the run was taken over)",
                     task.task_id,
-                    epoch_shown(task.entry[0]),
+                    epoch_shown(outcome.at),
                 )
         else:
             outcome = decided.value

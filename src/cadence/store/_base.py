@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from cadence._types import Time
+from cadence._types import CLAIMED, FINISHED, LEASED, Status, Time, sql_set
 
 T = TypeVar("T")
 
@@ -52,9 +52,14 @@ OUTCOME_COLUMNS = (
 )
 """The columns of a stored outcome, in :class:`OutcomeRow`'s order."""
 
-SCHEDULED, QUEUED, RUNNING = "scheduled", "queued", "running"
-LEASED = (QUEUED, RUNNING)
-FINISHED = ("done", "failed", "cancelled")
+SCHEDULED, RUNNING = str(Status.SCHEDULED), str(CLAIMED)
+"""The status strings stores write: a claimable run, and a claimed one (see
+:data:`cadence._types.CLAIMED`, which every store's claim and takeover write)."""
+LEASED_SQL = sql_set(LEASED)
+FINISHED_SQL = sql_set(FINISHED)
+"""The leased and final statuses as SQL list literals, from their one definition."""
+FINISHED_NAMES = sorted(map(str, FINISHED))
+"""The final statuses as a list of str, for a query parameter."""
 
 
 @dataclass(slots=True)

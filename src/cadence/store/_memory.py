@@ -6,11 +6,9 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from cadence._types import Time
+from cadence._types import FINISHED, LEASED, Time
 
 from ._base import (
-    FINISHED,
-    LEASED,
     RUNNING,
     SCHEDULED,
     Change,

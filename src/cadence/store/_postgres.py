@@ -39,8 +39,10 @@ from cadence._types import Time
 
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
-    FINISHED,
+    FINISHED_NAMES,
+    LEASED_SQL,
     RUN_COLUMNS,
+    RUNNING,
     Change,
     Edit,
     Known,
@@ -582,7 +584,7 @@ class PostgresStore(StoreBase):
         due = (
             db.execute(
                 f"WITH due_runs AS MATERIALIZED ({_due_sql(p, 'task_id', claim=True)}) "
-                f"UPDATE {p}tasks t SET status = 'running', owner = %s, lease_until = %s, "
+                f"UPDATE {p}tasks t SET status = '{RUNNING}', owner = %s, lease_until = %s, "
                 f"fence = t.fence + 1 FROM due_runs WHERE t.task_id = due_runs.task_id "
                 f"RETURNING {_returning()}",
                 (actions, _num(now), list(known.refused), limit, limit, node, until),
@@ -595,9 +597,9 @@ class PostgresStore(StoreBase):
             if len(due) >= limit
             else db.execute(
                 f"WITH expired AS MATERIALIZED (SELECT task_id FROM {p}tasks "
-                f"WHERE owner IS NOT NULL AND status IN ('queued', 'running') "
+                f"WHERE owner IS NOT NULL AND status IN {LEASED_SQL} "
                 f"AND lease_until < %s AND {where} ORDER BY lease_until LIMIT %s "
-                f"FOR UPDATE SKIP LOCKED) UPDATE {p}tasks t SET owner = %s, "
+                f"FOR UPDATE SKIP LOCKED) UPDATE {p}tasks t SET status = '{RUNNING}', owner = %s, "
                 "lease_until = %s, fence = t.fence + 1, expiries = t.expiries + 1 "
                 f"FROM expired WHERE t.task_id = expired.task_id RETURNING {_returning()}",
                 (_num(now), *params, limit - len(due), node, until),
@@ -616,7 +618,7 @@ class PostgresStore(StoreBase):
 
         def work(db: psycopg.Connection[Any]) -> dict[str, tuple[int, str]]:
             owned = db.execute(
-                f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN ('queued', 'running') "
+                f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN {LEASED_SQL} "
                 "THEN %s ELSE lease_until END WHERE owner = %s AND task_id = ANY(%s) "
                 "RETURNING task_id, fence, status",
                 (_num(now + lease), node, list(held)),
@@ -637,7 +639,7 @@ class PostgresStore(StoreBase):
                 lambda db: (
                     db.execute(
                         f"UPDATE {p}tasks SET lease_until = lease_until - %s WHERE owner IS NOT "
-                        "NULL AND status IN ('queued', 'running') AND lease_until > %s",
+                        f"NULL AND status IN {LEASED_SQL} AND lease_until > %s",
                         (_num(by), _num(beyond)),
                     ).rowcount
                 )
@@ -663,7 +665,7 @@ class PostgresStore(StoreBase):
             )
             lease = db.execute(
                 f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL "
-                f"AND (%s OR owner != %s) AND status IN ('queued', 'running') AND {where} "
+                f"AND (%s OR owner != %s) AND status IN {LEASED_SQL} AND {where} "
                 "ORDER BY lease_until LIMIT 1",
                 (own, node, *params),
             ).fetchone()
@@ -696,7 +698,7 @@ class PostgresStore(StoreBase):
         def work(db: psycopg.Connection[Any]) -> set[str]:
             flying = db.execute(
                 f"SELECT DISTINCT action FROM {self._p}tasks WHERE owner IS NOT NULL "
-                "AND status IN ('queued', 'running')"
+                f"AND status IN {LEASED_SQL}"
             ).fetchall()
             return {*self._stored_actions(db), *(action for (action,) in flying)}
 
@@ -725,7 +727,7 @@ class PostgresStore(StoreBase):
                 "slot DESC, attempt DESC, fence DESC LIMIT 1) o ON true "
                 "WHERE (%s::text IS NULL OR t.task_id > %s) AND NOT (%s AND t.status = ANY(%s)) "
                 "ORDER BY t.task_id LIMIT %s",
-                (after, after, unfinished, list(FINISHED), limit),
+                (after, after, unfinished, FINISHED_NAMES, limit),
             ).fetchall(),
             transaction=False,
         )
@@ -760,7 +762,7 @@ class PostgresStore(StoreBase):
                 f"DELETE FROM {p}tasks WHERE ctid = ANY(ARRAY(SELECT ctid FROM {p}tasks t "
                 f"WHERE status = ANY(%s) AND due < %s AND NOT EXISTS "
                 f"(SELECT 1 FROM {p}outcomes o WHERE o.task_id = t.task_id) LIMIT %s))",
-                (list(FINISHED), _num(before), limit),
+                (FINISHED_NAMES, _num(before), limit),
             ).rowcount
             return gone
 

@@ -26,7 +26,8 @@ from cadence._types import Time
 
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
-    FINISHED,
+    FINISHED_SQL,
+    LEASED_SQL,
     RUN_COLUMNS,
     RUNNING,
     Change,
@@ -227,7 +228,7 @@ class SQLiteStore(StoreBase):
         until = now + lease + waited
         db.execute(
             f"UPDATE {self._p}tasks SET lease_until = max(lease_until, ?) WHERE owner IS NOT "
-            "NULL AND status IN ('queued', 'running') AND lease_until >= ?",
+            f"NULL AND status IN {LEASED_SQL} AND lease_until >= ?",
             (until, now - lease),
         )
         return until
@@ -404,7 +405,7 @@ class SQLiteStore(StoreBase):
                 f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
                 f"fence = fence + 1, expiries = expiries + 1 WHERE task_id IN "
                 f"(SELECT task_id FROM {p}tasks WHERE owner IS NOT NULL "
-                f"AND status IN ('queued', 'running') AND lease_until < ? AND {where} "
+                f"AND status IN {LEASED_SQL} AND lease_until < ? AND {where} "
                 "ORDER BY lease_until LIMIT ?) "
                 f"RETURNING {_COLUMNS}",
                 (node, until, now, *params, limit - len(due)),
@@ -425,8 +426,8 @@ class SQLiteStore(StoreBase):
             for start in range(0, len(ids), CHUNK):
                 chunk = ids[start : start + CHUNK]
                 found = db.execute(
-                    f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN ('queued', "
-                    "'running') THEN ? ELSE lease_until END WHERE owner = ? AND task_id IN "
+                    f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN {LEASED_SQL} "
+                    "THEN ? ELSE lease_until END WHERE owner = ? AND task_id IN "
                     f"({','.join('?' * len(chunk))}) RETURNING task_id, fence, status",
                     (until, node, *chunk),
                 ).fetchall()
@@ -439,7 +440,7 @@ class SQLiteStore(StoreBase):
         with self._write() as db:
             done: int = db.execute(
                 f"UPDATE {self._p}tasks SET lease_until = lease_until - ? WHERE owner IS NOT "
-                "NULL AND status IN ('queued', 'running') AND lease_until > ?",
+                f"NULL AND status IN {LEASED_SQL} AND lease_until > ?",
                 (by, beyond),
             ).rowcount
         return done
@@ -463,7 +464,7 @@ class SQLiteStore(StoreBase):
             due = None
         lease = db.execute(
             f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL AND (? OR owner != ?) "
-            f"AND status IN ('queued', 'running') AND {where} ORDER BY lease_until LIMIT 1",
+            f"AND status IN {LEASED_SQL} AND {where} ORDER BY lease_until LIMIT 1",
             (own, node, *params),
         ).fetchone()
         times = [found[0] for found in (due, lease) if found is not None]
@@ -490,7 +491,7 @@ class SQLiteStore(StoreBase):
         db = self._db()
         flying = db.execute(
             f"SELECT DISTINCT action FROM {self._p}tasks WHERE owner IS NOT NULL "
-            "AND status IN ('queued', 'running')"
+            f"AND status IN {LEASED_SQL}"
         )
         return {*self._stored_actions(db), *(action for (action,) in flying.fetchall())}
 
@@ -510,7 +511,7 @@ class SQLiteStore(StoreBase):
             f"FROM {p}tasks t LEFT JOIN {p}outcomes o ON o.task_id = t.task_id AND "
             f"(o.slot, o.attempt, o.fence) = (SELECT slot, attempt, fence FROM {p}outcomes "
             "WHERE task_id = t.task_id ORDER BY slot DESC, attempt DESC, fence DESC LIMIT 1) "
-            f"WHERE (? IS NULL OR t.task_id > ?) AND NOT (? AND t.status IN {FINISHED}) "
+            f"WHERE (? IS NULL OR t.task_id > ?) AND NOT (? AND t.status IN {FINISHED_SQL}) "
             "ORDER BY t.task_id LIMIT ?",
             (after, after, unfinished, -1 if limit is None else limit),
         )
@@ -541,7 +542,7 @@ class SQLiteStore(StoreBase):
             ).rowcount
             gone += db.execute(
                 f"DELETE FROM {p}tasks WHERE task_id IN (SELECT task_id FROM {p}tasks t "
-                f"WHERE status IN {FINISHED} AND due < ? AND NOT EXISTS "
+                f"WHERE status IN {FINISHED_SQL} AND due < ? AND NOT EXISTS "
                 f"(SELECT 1 FROM {p}outcomes o WHERE o.task_id = t.task_id) LIMIT ?)",
                 (before, limit),
             ).rowcount

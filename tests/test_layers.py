@@ -1,0 +1,112 @@
+"""The tree is the floor plan: imports point down, and no package reaches into another's
+privates (``docs/design.md``, "Layers")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+CORE = {
+    "_types", "_validate", "_queue", "_policy", "_engine", "_calls", "_clock", "_events",
+    "_stats", "schedules", "retry", "misfire", "cron",
+}  # fmt: skip
+"""Floor 0: the deterministic engine and the policies (no I/O, no threads, no sleeping)."""
+
+
+def floor(module: str) -> int:
+    """The floor of a module of cadence (``cadence.store._sqlite`` -> 1)."""
+    parts = module.split(".")
+    if len(parts) == 2 and parts[1] in CORE:
+        return 0
+    if parts[1:2] == ["store"]:
+        return 1
+    if parts[1:2] in (["_scheduler"], ["durable"]):
+        return 2
+    if parts[1:2] in (["_driver"], ["_runner"], ["_async"]):
+        return 3
+    assert parts == ["cadence"] or parts[1] in ("__main__", "cli", "testing"), module
+    return 4
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((SRC / "cadence").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def package(module: str, path: Path) -> str:
+    """The package a module belongs to (a package's ``__init__`` belongs to itself)."""
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def imports(module: str, path: Path) -> list[tuple[str, str | None, int]]:
+    """(module imported, name imported from it or None, line) for each import of cadence."""
+    found: list[tuple[str, str | None, int]] = []
+    own = package(module, path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [
+                (a.name, None, node.lineno) for a in node.names if a.name.startswith("cadence")
+            ]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = own.split(".")[: len(own.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if base.startswith("cadence"):
+                found += [(base, a.name, node.lineno) for a in node.names]
+    return found
+
+
+def resolved(
+    found_imports: list[tuple[str, str | None, int]], found: dict[str, Path]
+) -> list[tuple[str, str | None, int]]:
+    """The imports with a name that is a module (``from cadence import _validate``)
+    turned into an import of that module."""
+    return [
+        (f"{target}.{name}", None, line)
+        if name is not None and f"{target}.{name}" in found
+        else (target, name, line)
+        for target, name, line in found_imports
+    ]
+
+
+def test_every_import_points_down_or_sideways() -> None:
+    found = modules()
+    wrong = []
+    for module, path in found.items():
+        for target, _, line in resolved(imports(module, path), found):
+            if floor(target) > floor(module):
+                wrong.append(f"{path.relative_to(SRC)}:{line} imports {target} (floor "
+                             f"{floor(target)} above {floor(module)})")  # fmt: skip
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_package_imports_another_packages_private_names() -> None:
+    """A private name (``_x``) is imported only inside its own package; a subpackage's
+    private modules (``cadence.durable._codec``) only from that subpackage. The core's
+    modules (``cadence._engine``) are the floor everything stands on: importable, but
+    only their public names."""
+    found = modules()
+    wrong = []
+    for module, path in found.items():
+        own = package(module, path)
+        for target, name, line in resolved(imports(module, path), found):
+            home = package(target, found[target]) if target in found else target
+            if home == own:
+                continue
+            private_module = any(p.startswith("_") for p in target.split(".")[2:])
+            if private_module or (name is not None and name.startswith("_")):
+                wrong.append(f"{path.relative_to(SRC)}:{line} imports {target}"
+                             + ("" if name is None else f".{name}"))  # fmt: skip
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_floors_cover_every_module() -> None:
+    assert {floor(m) for m in modules()} == {0, 1, 2, 3, 4}
