@@ -61,3 +61,30 @@ class TestPostgresStore(StoreConformance):
 
     def reopen(self, store: Store) -> Any:
         return self.make_store()
+
+
+def test_the_stores_sql_writes_only_the_statuses_the_transition_table_allows() -> None:
+    """Stores change statuses in SQL, outside the engine's ``move()``: what they write
+    is the one definition's (``CLAIMED``, ``RELEASED``), allowed by the table, and
+    every status their SQL names is a status."""
+    import re
+
+    from cadence._engine import TRANSITIONS
+    from cadence._types import CLAIMED, LEASED, RELEASED, Status
+    from cadence.store import _base
+
+    source = "".join(
+        (Path(_base.__file__).parent / name).read_text()
+        for name in ("_base.py", "_memory.py", "_sqlite.py", "_postgres.py")
+    )
+    written = re.findall(r"SET status = '([^']*)'", source)
+    assert written, "no status written in SQL: the pattern no longer matches the stores"
+    assert set(written) == {"{RUNNING}"}  # the constant, never a literal
+    assert _base.RUNNING == CLAIMED
+    assert all(CLAIMED in TRANSITIONS[s] for s in (Status.SCHEDULED, Status.QUEUED))
+    assert RELEASED in TRANSITIONS[CLAIMED]
+    assert LEASED == {Status.QUEUED, CLAIMED}
+    named = re.findall(r"status (?:=|!=) '(\w+)'", source)
+    assert named, "no status named in SQL: the pattern no longer matches the stores"
+    assert {Status(name) for name in named} <= set(Status)
+    assert "status IN (" not in source  # lists come from sql_set(), never spelled out

@@ -22,11 +22,13 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cadence._types import Status
 from cadence.cli._jobfile import JobFileError, duration, instant, load, local_zone, zone
-from cadence.store import Listed, Store, StoreError, open_store
+from cadence.store import StoreError, open_store
+
+if TYPE_CHECKING:
+    from cadence.durable import DurableScheduler, Entry
 
 DEFAULT_STORE = "sqlite:///cadence.db"
 
@@ -231,16 +233,15 @@ def _status(args: argparse.Namespace) -> int:
     sched = _scheduler(args.store)
     tz = _zone(args.tz)
     entries: list[dict[str, Any]] = []
-    for row, latest in _listing(sched.store):
-        scheduled = row.status == Status.SCHEDULED and not row.paused
+    for info, latest, unreadable in _listing(sched):
         entries.append({
-            "id": row.task_id,
-            "status": row.status,
-            "paused": row.paused,
-            "next": row.due if scheduled else None,
+            "id": info.task_id,
+            "status": info.status,
+            "paused": info.paused,
+            "next": info.next_run_time,
             "last": latest.result if latest else None,
             "last_at": latest.at if latest else None,
-            "unreadable": row.unreadable,
+            "unreadable": unreadable,
         })  # fmt: skip
     if args.json:
         print(json.dumps(entries))
@@ -260,15 +261,15 @@ PAGE = 10_000
 """Rows ``cadence status`` reads per query."""
 
 
-def _listing(store: Store) -> Iterator[Listed]:
+def _listing(sched: DurableScheduler) -> Iterator[Entry]:
     """Every stored task with its latest outcome, by id: one query per :data:`PAGE`."""
     after = None
     while True:
-        page = store.page(after, PAGE)
+        page = sched.listing(after=after, limit=PAGE)
         yield from page
         if len(page) < PAGE:
             return
-        after = page[-1].row.task_id
+        after = str(page[-1].info.task_id)
 
 
 def _history(args: argparse.Namespace) -> int:

@@ -90,19 +90,18 @@ class _View:
         for name in ("job", "status", "next run", "last run", "result"):
             table.add_column(name)
         failures = []
-        for row in self._sched.store.rows():
-            last = self._sched.store.outcomes(row.task_id, 1)
-            nxt = row.due if row.status == "scheduled" and not row.paused else None
-            result = last[0].result if last else "-"
-            if row.unreadable:
+        for info, last, unreadable in self._sched.listing():
+            nxt = info.next_run_time
+            result = last.result if last else "-"
+            if unreadable:
                 result += " (its stored row cannot be read here)"
-            if last and last[0].result != "ok" and last[0].error:
-                failures.append(f"{row.task_id}: {last[0].error.splitlines()[0]}")
+            if last and last.result != "ok" and last.error:
+                failures.append(f"{info.task_id}: {last.error.splitlines()[0]}")
             table.add_row(
-                row.task_id,
-                row.status + (" (paused)" if row.paused else ""),
+                str(info.task_id),
+                info.status + (" (paused)" if info.paused else ""),
                 "-" if nxt is None else datetime.fromtimestamp(nxt, tz).strftime("%H:%M:%S"),
-                "-" if not last else datetime.fromtimestamp(last[0].at, tz).strftime("%H:%M:%S"),
+                "-" if not last else datetime.fromtimestamp(last.at, tz).strftime("%H:%M:%S"),
                 result,
             )
         if failures:

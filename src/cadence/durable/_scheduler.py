@@ -643,12 +643,25 @@ class DurableScheduler(Scheduler):
         its state is unreadable): one bad row hides no other. Raises
         ``ValueError`` for a ``limit`` below 1.
         """
+        return [entry.info for entry in self.listing(after=after, limit=limit, unfinished=True)]
+
+    def listing(
+        self, *, after: str | None = None, limit: int | None = None, unfinished: bool = False
+    ) -> list[Entry]:
+        """Every stored task (only unfinished ones with ``unfinished``), by id, paged as
+        :meth:`tasks` is: for each an :class:`Entry`, its :class:`~cadence.TaskInfo`
+        (by the rule ``info`` follows) with its latest stored outcome, which a
+        finished task keeps too, and why its row cannot be read here, if it cannot.
+        What the command's ``status`` and live view show. One query, linear in the
+        rows returned. Raises as :meth:`tasks` does.
+        """
         if limit is not None and _validate.count("limit", limit) < 1:
             raise ValueError(f"limit must be >= 1 or None, got {limit!r}")
         if after is not None and not isinstance(after, str):
             raise TypeError(f"after must be a task id (str) or None, got {after!r}")
         return [
-            self._info(row, last) for row, last in self._store.page(after, limit, unfinished=True)
+            Entry(self._info(row, last), last, row.unreadable)
+            for row, last in self._store.page(after, limit, unfinished=unfinished)
         ]
 
     def history(self, task_id: str, limit: int = 20) -> list[OutcomeRow]:
@@ -1442,6 +1455,16 @@ def _import_prefixes(imports: object) -> tuple[str, ...]:
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"imports must hold non-empty str prefixes, got {prefix!r}")
     return prefixes
+
+
+class Entry(NamedTuple):
+    """A stored task as :meth:`DurableScheduler.listing` lists it."""
+
+    info: TaskInfo
+    last: OutcomeRow | None
+    """Its latest recorded run (finished tasks keep theirs), or ``None``."""
+    unreadable: str | None
+    """Why this process cannot read its stored row, or ``None``."""
 
 
 class _Completion(NamedTuple):
