@@ -83,7 +83,7 @@ def test_the_stores_sql_writes_only_the_statuses_the_transition_table_allows() -
     assert _base.RUNNING == CLAIMED
     assert all(CLAIMED in TRANSITIONS[s] for s in (Status.SCHEDULED, Status.QUEUED))
     assert RELEASED in TRANSITIONS[CLAIMED]
-    assert LEASED == {Status.QUEUED, CLAIMED}
+    assert {Status.QUEUED, CLAIMED} == LEASED
     named = re.findall(r"status (?:=|!=) '(\w+)'", source)
     assert named, "no status named in SQL: the pattern no longer matches the stores"
     assert {Status(name) for name in named} <= set(Status)

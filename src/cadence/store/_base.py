@@ -138,7 +138,7 @@ def _c_encoder() -> Callable[[Any], str]:
 def _c_decoder() -> Callable[[str], Any]:
     """JSON text back to its value, as ``json.loads`` reads it (``ValueError`` for
     text that is not one JSON value): the C scanner, called directly."""
-    scan = json.decoder.JSONDecoder().scan_once
+    scan = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
     def decode(text: str) -> Any:
         try:
