@@ -26,12 +26,12 @@ class ManualClock:
     and ``ValueError`` when it is NaN or infinite.
     """
 
-    __slots__ = ("_listeners", "_lock", "_now")
+    __slots__ = ("_lock", "_now", "_wakeups")
 
     def __init__(self, start: Time | datetime = 0) -> None:
         self._now: Time = _validate.finite("start", start)
         self._lock = threading.Lock()
-        self._listeners: list[Callable[[], object]] = []
+        self._wakeups: list[Callable[[], object]] = []
 
     def __call__(self) -> Time:
         """The current time. O(1)."""
@@ -70,17 +70,17 @@ class ManualClock:
         """
         _validate.callable_("callback", callback)
         with self._lock:
-            self._listeners.append(callback)
+            self._wakeups.append(callback)
 
         def unsubscribe() -> None:
             with self._lock:
-                if callback in self._listeners:
-                    self._listeners.remove(callback)
+                if callback in self._wakeups:
+                    self._wakeups.remove(callback)
 
         return unsubscribe
 
     def _notify(self) -> None:
         with self._lock:
-            listeners = tuple(self._listeners)
+            listeners = tuple(self._wakeups)
         for callback in listeners:
             callback()

@@ -259,7 +259,7 @@ class Driver:
                 runs_logger.debug(
                     "task %r: run at %s starting (lag %s)",
                     task.task_id,
-                    self._shown(task.entry[0]),
+                    self._time_shown(task.entry[0]),
                     _seconds(started - task.entry[0]),
                 )
             result = self._scheduler._call(task, awaitables=awaitables)
@@ -346,7 +346,7 @@ class Driver:
         else:  # cancelled while queued
             self._finished(was_running=False)
 
-    def _shown(self, t: Time) -> str:
+    def _time_shown(self, t: Time) -> str:
         """A time for the log: ISO 8601 UTC on an epoch clock, else the number."""
         return epoch_shown(t) if self._scheduler.epoch else repr(t)
 
@@ -368,7 +368,7 @@ class Driver:
                 level,
                 "task %r: run at %s %s (attempt %d) in %s, lag %s%s",
                 outcome.task_id,
-                self._shown(outcome.at),
+                self._time_shown(outcome.at),
                 outcome.result,
                 outcome.attempt,
                 _seconds(finished - outcome.started),

@@ -273,7 +273,7 @@ class Engine:
         if task.status is SCHEDULED:  # park it: the queued entry goes stale
             task.entry = (task.entry[0], -1, task.entry[2])
             self._queue.discard()  # after the entry changed: a compaction must see it stale
-        _plan(task).paused = True
+        _plan_of(task).paused = True
         return True
 
     def resume(self, task_id: Hashable) -> bool:
@@ -308,7 +308,7 @@ class Engine:
         task = self._tasks.get(task_id)
         if task is None:
             return False
-        plan = _plan(task)
+        plan = _plan_of(task)
         if schedule is not None:
             plan.schedule = schedule
         plan.cursor = cursor
@@ -339,7 +339,7 @@ class Engine:
         task = self._tasks.get(task_id)
         if task is None or task.status is not SCHEDULED:
             return False
-        plan = _plan(task)
+        plan = _plan_of(task)
         if plan.paused:
             return False
         due, backlog, slot = task.entry[0], plan.backlog, plan.slot
@@ -605,7 +605,7 @@ class Engine:
         every driver, and a ``BaseException`` propagates as an action's would.
         """
         error.add_note(f"cadence: the schedule of task {task.entry[2]!r} failed; so did the task")
-        plan = _plan(task)
+        plan = _plan_of(task)
         plan.cursor = None
         plan.backlog = None
         plan.max_retries = 0
@@ -745,7 +745,7 @@ def _end_slot(plan: Plan) -> None:
         plan.rescheduled = False
 
 
-def _plan(task: Task) -> Plan:
+def _plan_of(task: Task) -> Plan:
     """The task's plan, created on first need (pause, reschedule)."""
     if task.plan is None:
         task.plan = Plan()

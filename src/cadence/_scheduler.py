@@ -52,7 +52,7 @@ def _check_retry(retry: object) -> None:
         raise TypeError(f"retry must be a retry policy (with a delay method), got {retry!r}")
 
 
-def _start(when: object, now: Time) -> Cursor:
+def _cursor(when: object, now: Time) -> Cursor:
     """Start a schedule's cursor, checking that ``when`` is a schedule."""
     start = getattr(when, "start", None)
     if not callable(start):
@@ -141,7 +141,7 @@ class Scheduler:
     > 0 and finite.
     """
 
-    __slots__ = ("_clock", "_engine", "_epoch", "_hooks", "_listeners", "_lock", "_plain_code")
+    __slots__ = ("_clock", "_engine", "_epoch", "_listeners", "_lock", "_plain_code", "_wakeups")
 
     _leases = False
     """Whether a claimed run holds a lease in a store (a durable scheduler): then a
@@ -162,8 +162,8 @@ class Scheduler:
         self._engine = Engine(backoff, retry)
         # An RLock, taken by the interrupt-safe shape of _locked() (see there).
         self._lock = threading.RLock()
-        self._listeners: tuple[Callable[[Time], object], ...] = ()  # runners' wake-ups
-        self._hooks: tuple[tuple[Listener, frozenset[EventKind]], ...] = ()  # add_listener
+        self._wakeups: tuple[Callable[[Time], object], ...] = ()  # runners' wake-ups
+        self._listeners: tuple[tuple[Listener, frozenset[EventKind]], ...] = ()  # add_listener
         self._plain_code: object = None  # the code of the last function checked as action(at)
         if epoch is not None and not isinstance(epoch, bool):
             raise TypeError(f"epoch must be True, False or None, got {epoch!r}")
@@ -470,7 +470,7 @@ class Scheduler:
         if isinstance(when, Once):
             cursor, first = None, time_from(f"{when!r}", when.first(now))
         else:
-            cursor = _start(when, now)
+            cursor = _cursor(when, now)
             nxt = cursor.next(now)
             if nxt is None:
                 raise ValueError(f"when has no run time: {when!r}")
@@ -499,7 +499,7 @@ class Scheduler:
             lock.acquire()
             if not self._engine.add(task_id, action, at, plan, replace):
                 return False
-            head = self._engine.next_time() if self._listeners else None
+            head = self._engine.next_time() if self._wakeups else None
         except BaseException:
             if lock._is_owned():  # type: ignore[attr-defined]
                 self._engine._repair()
@@ -511,7 +511,7 @@ class Scheduler:
                 pass
         if head is not None:
             self._wake(head)
-        if self._hooks:
+        if self._listeners:
             self._emit(Event(EventKind.TASK_ADDED, task_id, at))
         return True
 
@@ -588,12 +588,12 @@ class Scheduler:
         """
 
         def change() -> tuple[bool, Time | None]:
-            return operation(*args), self._engine.next_time() if self._listeners else None
+            return operation(*args), self._engine.next_time() if self._wakeups else None
 
         changed, head = self._locked(change)
         if head is not None:
             self._wake(head)
-        if changed and event is not None and self._hooks:
+        if changed and event is not None and self._listeners:
             self._emit(Event(event, args[0]))
         return changed
 
@@ -622,7 +622,7 @@ class Scheduler:
                 lock.release()
             except RuntimeError:  # acquire() was cut short: nothing to release
                 pass
-        if cancelled and self._hooks:
+        if cancelled and self._listeners:
             self._emit(Event(EventKind.TASK_REMOVED, task_id))
         return cancelled
 
@@ -706,20 +706,20 @@ class Scheduler:
             ) from None
         entry = (listener, wanted)
         with self._lock:
-            self._hooks = (*self._hooks, entry)
+            self._listeners = (*self._listeners, entry)
 
         def remove() -> None:
             with self._lock:
-                self._hooks = tuple(h for h in self._hooks if h is not entry)
+                self._listeners = tuple(h for h in self._listeners if h is not entry)
 
         return remove
 
     def _emit(self, event: Event) -> None:
         """Deliver ``event`` to the listeners (outside the lock)."""
-        deliver(self._hooks, event)
+        deliver(self._listeners, event)
 
     def _emit_outcome(self, outcome: RunOutcome) -> None:
-        hooks = self._hooks
+        hooks = self._listeners
         for event in outcome_events(outcome):
             deliver(hooks, event)
 
@@ -780,7 +780,7 @@ class Scheduler:
                     if stop is None or not fatal(stop):
                         stop = None
                         task = engine.claim(now)
-                    head = engine.next_time() if self._listeners else None
+                    head = engine.next_time() if self._wakeups else None
                 except BaseException:
                     if lock._is_owned():  # type: ignore[attr-defined]
                         engine._repair()
@@ -792,7 +792,7 @@ class Scheduler:
                         pass
                 if head is not None:
                     self._wake(head)
-                if self._hooks:
+                if self._listeners:
                     self._emit_outcome(outcome)
                 if task is None:
                     if stop is not None:
@@ -827,7 +827,7 @@ class Scheduler:
         (the asyncio runner awaits it); otherwise the awaitable is closed and
         the run fails with ``TypeError``: a plain driver cannot await it.
         """
-        if self._hooks:
+        if self._listeners:
             self._emit(Event(EventKind.RUN_STARTED, task.entry[2], task.entry[0]))
         try:
             result = task.action(task.entry[0])
@@ -861,12 +861,12 @@ class Scheduler:
 
         def complete() -> tuple[RunOutcome, Time | None]:
             outcome = self._engine.complete(task, error, started, finished)
-            return outcome, self._engine.next_time() if self._listeners else None
+            return outcome, self._engine.next_time() if self._wakeups else None
 
         outcome, head = self._locked(complete)
         if head is not None:
             self._wake(head)
-        if self._hooks:
+        if self._listeners:
             self._emit_outcome(outcome)
         return outcome
 
@@ -900,14 +900,14 @@ class Scheduler:
         Called outside the lock. Returns a function that unsubscribes.
         """
         with self._lock:
-            self._listeners = (*self._listeners, callback)
+            self._wakeups = (*self._wakeups, callback)
 
         def unsubscribe() -> None:
             with self._lock:
-                self._listeners = tuple(c for c in self._listeners if c is not callback)
+                self._wakeups = tuple(c for c in self._wakeups if c is not callback)
 
         return unsubscribe
 
     def _wake(self, head: Time) -> None:
-        for callback in self._listeners:
+        for callback in self._wakeups:
             callback(head)

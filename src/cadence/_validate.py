@@ -23,7 +23,7 @@ LIMIT = sys.float_info.max
 that sums stay comparable and a runner can sleep until it (``10**400`` is refused)."""
 
 
-def _shown(value: object) -> str:
+def _described(value: object) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
@@ -35,7 +35,7 @@ def is_number(value: object) -> bool:
 def number(name: str, value: Any) -> Time:
     """Return ``value`` if it is an int or float (not a bool); else ``TypeError``."""
     if not is_number(value):
-        raise TypeError(f"{name} must be a number (int or float), got {_shown(value)}")
+        raise TypeError(f"{name} must be a number (int or float), got {_described(value)}")
     return value  # type: ignore[no-any-return]
 
 
@@ -109,7 +109,7 @@ def time_from(source: str, value: Any) -> Time:
         if -LIMIT <= value <= LIMIT:
             return value
     elif not is_number(value):
-        raise TypeError(f"{source} returned {_shown(value)}, not a number (int or float)")
+        raise TypeError(f"{source} returned {_described(value)}, not a number (int or float)")
     elif -LIMIT <= value <= LIMIT:
         return value  # type: ignore[no-any-return]
     raise ValueError(f"{source} returned {_short(value)}, not a finite time")
@@ -118,7 +118,7 @@ def time_from(source: str, value: Any) -> Time:
 def count(name: str, value: Any) -> int:
     """An int >= 0 (not a bool)."""
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {_shown(value)}")
+        raise TypeError(f"{name} must be an int, got {_described(value)}")
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
     return value
@@ -129,12 +129,12 @@ def hashable(name: str, value: Any) -> Hashable:
     try:
         hash(value)
     except TypeError:
-        raise TypeError(f"{name} must be hashable, got {_shown(value)}") from None
+        raise TypeError(f"{name} must be hashable, got {_described(value)}") from None
     return value  # type: ignore[no-any-return]
 
 
 def callable_(name: str, value: T) -> T:
     """A callable (``TypeError`` otherwise)."""
     if not callable(value):
-        raise TypeError(f"{name} must be callable, got {_shown(value)}")
+        raise TypeError(f"{name} must be callable, got {_described(value)}")
     return value

@@ -204,6 +204,7 @@ def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
+    """One job's keys (over the defaults), validated: its :class:`Job`."""
     where = f"{path}: job {job_id!r}"
 
     def key(name: str) -> str:
@@ -213,49 +214,59 @@ def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
     if unknown:
         raise JobFileError(f"{where}: unknown keys {sorted(unknown)}")
     tz = zone(raw["tz"], key("tz")) if "tz" in raw else local_zone()
-    kinds = [k for k in ("cron", "every", "at") if k in raw]
-    if len(kinds) != 1:
-        raise JobFileError(
-            f"{where}: give exactly one of 'cron', 'every', 'at' (got {kinds or 'none'})"
-        )
-    runs = [k for k in ("command", "call") if k in raw]
-    if len(runs) != 1:
-        raise JobFileError(
-            f"{where}: give exactly one of 'command', 'call' (got {runs or 'none'})"
-        )
-    if "start" in raw and kinds[0] != "every":
+    kind = _one_of(raw, ("cron", "every", "at"), where)
+    if "start" in raw and kind != "every":
         raise JobFileError(f"{key('start')}: only an 'every' job has a start")
-    when = _when(raw, kinds[0], tz, key)
+    when = _when(raw, kind, tz, key)
     timeout = duration(raw["timeout"], key("timeout")) if "timeout" in raw else None
-    if runs[0] == "command":
+    args: list[Any] | None
+    if _one_of(raw, ("command", "call"), where) == "command":
         if "args" in raw or "kwargs" in raw:
             raise JobFileError(f"{where}: 'args'/'kwargs' go with 'call', not 'command'")
         action, args, kwargs = _command(raw, timeout, key)
     else:
         if "env" in raw or "inherit_env" in raw:
             raise JobFileError(f"{where}: 'env'/'inherit_env' go with 'command', not 'call'")
-        action = raw["call"]
-        if not isinstance(action, str) or ":" not in action:
-            raise JobFileError(f"{key('call')}: {action!r} is not 'package.module:function'")
-        try:
-            function = resolve_path(action)
-        except Exception as exc:
-            raise JobFileError(f"{key('call')}: cannot import {action!r}: {exc!r}") from None
-        if not callable(function):
-            raise JobFileError(f"{key('call')}: {action!r} is not callable")
-        args = _json(raw.get("args"), key("args"), list)
-        kwargs = _json(raw.get("kwargs"), key("kwargs"), dict)
-        if timeout is not None:
-            raise JobFileError(f"{key('timeout')}: only a 'command' job can be killed on timeout")
-        _check_call(function, args, kwargs, key("call"))
+        action, args, kwargs = _call(raw, timeout, key)
     max_retries = raw.get("max_retries", 0)
     if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
         raise JobFileError(f"{key('max_retries')}: {max_retries!r} is not an int >= 0")
     retry = _retry(raw["retry"], key("retry")) if "retry" in raw else None
     misfire = _misfire(raw["misfire"], key("misfire")) if "misfire" in raw else None
-    if misfire is not None and kinds[0] == "at":
+    if misfire is not None and kind == "at":
         raise JobFileError(f"{key('misfire')}: a one-off ('at') job has no missed slots")
     return Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout)
+
+
+def _one_of(raw: dict[str, Any], names: tuple[str, ...], where: str) -> str:
+    """The one key of ``names`` the job gives; :class:`JobFileError` for none or several."""
+    given = [name for name in names if name in raw]
+    if len(given) != 1:
+        choices = ", ".join(f"'{name}'" for name in names)
+        raise JobFileError(f"{where}: give exactly one of {choices} (got {given or 'none'})")
+    return given[0]
+
+
+def _call(
+    raw: dict[str, Any], timeout: float | None, key: Callable[[str], str]
+) -> tuple[str, list[Any] | None, dict[str, Any] | None]:
+    """A ``call`` job's stored action (its import path, checked to import and to take
+    the arguments given), arguments and keyword arguments."""
+    action = raw["call"]
+    if not isinstance(action, str) or ":" not in action:
+        raise JobFileError(f"{key('call')}: {action!r} is not 'package.module:function'")
+    try:
+        function = resolve_path(action)
+    except Exception as exc:
+        raise JobFileError(f"{key('call')}: cannot import {action!r}: {exc!r}") from None
+    if not callable(function):
+        raise JobFileError(f"{key('call')}: {action!r} is not callable")
+    args = _json(raw.get("args"), key("args"), list)
+    kwargs = _json(raw.get("kwargs"), key("kwargs"), dict)
+    if timeout is not None:
+        raise JobFileError(f"{key('timeout')}: only a 'command' job can be killed on timeout")
+    _check_call(function, args, kwargs, key("call"))
+    return action, args, kwargs
 
 
 def _when(raw: dict[str, Any], kind: str, tz: tzinfo, key: Any) -> Schedule:

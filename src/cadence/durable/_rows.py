@@ -156,7 +156,7 @@ def outcome_row(row: TaskRow, outcome: RunOutcome, finished: Time) -> OutcomeRow
         finished,
         outcome.skipped,
         row.owner,
-        _shown(outcome.value),
+        _value_text(outcome.value),
     )
 
 
@@ -177,7 +177,7 @@ def value_from(text: str | None) -> object:
         return text
 
 
-def _shown(value: object) -> str | None:
+def _value_text(value: object) -> str | None:
     """A run's value as stored: a str as it is, else JSON (or repr), bounded."""
     if value is None:
         return None

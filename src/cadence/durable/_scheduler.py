@@ -528,9 +528,9 @@ class DurableScheduler(Scheduler):
         return decided.value
 
     def _added(self, row: TaskRow) -> None:
-        if self._listeners:
+        if self._wakeups:
             self._wake(row.due)
-        if self._hooks:
+        if self._listeners:
             self._emit(Event(EventKind.TASK_ADDED, row.task_id, row.due))
 
     # -- changes -----------------------------------------------------------
@@ -556,9 +556,9 @@ class DurableScheduler(Scheduler):
         if changed:
             assert decided is not None
             assert decided.row is not None
-            if self._listeners:
+            if self._wakeups:
                 self._wake(decided.row.due)
-            if event is not None and self._hooks:
+            if event is not None and self._listeners:
                 self._emit(Event(event, task_id))
         return changed
 
@@ -571,7 +571,7 @@ class DurableScheduler(Scheduler):
         cancelled = self._apply(task_id, lambda t: t.engine.cancel(t.task_id), None)
         if cancelled:
             self._cancelled_here(task_id)
-            if self._hooks:
+            if self._listeners:
                 self._emit(Event(EventKind.TASK_REMOVED, task_id))
         return cancelled
 
@@ -1025,7 +1025,7 @@ class DurableScheduler(Scheduler):
             task.task_id, task.entry[0], Result.RETRY, error, task.row.state.get("attempt", 0),
             started,
         )  # fmt: skip
-        if self._hooks:
+        if self._listeners:
             self._emit_outcome(outcome)
         return outcome
 
@@ -1226,7 +1226,7 @@ class DurableScheduler(Scheduler):
             epoch_shown(task.entry[0]),
             exc,
         )
-        if self._hooks:
+        if self._listeners:
             self._emit_outcome(outcome)
         return outcome
 
@@ -1284,9 +1284,9 @@ class DurableScheduler(Scheduler):
                 )
         else:
             outcome = decided.value
-            if self._listeners and decided.requeued and decided.row is not None:
+            if self._wakeups and decided.requeued and decided.row is not None:
                 self._wake(decided.row.due)
-        if self._hooks:
+        if self._listeners:
             self._emit_outcome(outcome)
         return outcome
 
