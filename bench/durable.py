@@ -36,6 +36,8 @@ import inspect
 import json
 import os
 import platform
+import re
+import shutil
 import signal
 import sqlite3
 import statistics
@@ -58,6 +60,7 @@ from cadence.store import Change, Edit, Known, OutcomeRow, SQLiteStore, TaskRow 
 N = int(os.environ.get("N", "5000"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 NOOP = "tests.durable.jobs:noop"  # the benchmark's action: nothing, so the store is measured
+IMPORTS = ("tests.durable.jobs:",)  # what the draining schedulers may import (imports=)
 BATCH: int = inspect.signature(DurableScheduler).parameters["batch"].default
 """What a runner without a pool claims at once when runs are this fast (its default batch)."""
 FAR = 10**10  # a period after which nothing runs again within the benchmark (year 2286)
@@ -82,11 +85,58 @@ def cadence_drain(directory: str, sync: str, workers: int = 0, group: bool = Tru
     path = _fresh(directory, f"cadence-{sync}.db")
     _seed(SQLiteStore(path, synchronous="NORMAL"))
     store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
-    rate = _drain(DurableScheduler(store, group_commit=group), workers)
+    rate = _drain(DurableScheduler(store, group_commit=group, imports=IMPORTS), workers)
     store.close()
     with contextlib.closing(sqlite3.connect(path)) as db:
         _each_once(db.execute("SELECT count(*), count(DISTINCT task_id) FROM cadence_outcomes"))
     return rate
+
+
+def replay_drain(directory: str, sync: str) -> float:
+    """Runs/s of a replay of cadence's own SQL: the statements a Runner with group commit
+    sent while draining N runs (traced on every connection, in the order they ran,
+    parameters inlined), executed again on a copy of the seeded file, one after the
+    other on one connection, with no Python between them. What the schema's SQL costs
+    by itself; ``cadence, group commit`` beside it is what the scheduler adds."""
+    path = _fresh(directory, f"replay-{sync}.db")
+    _seed(SQLiteStore(path, synchronous="NORMAL"))
+    copy = _fresh(directory, f"replay-{sync}-copy.db")
+    shutil.copyfile(path, copy)
+    traced: list[str] = []
+    order = threading.Lock()
+
+    def note(statement: str) -> None:
+        with order:
+            traced.append(statement)
+
+    connect = sqlite3.connect
+
+    def tracing(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        db = connect(*args, **kwargs)
+        db.set_trace_callback(note)
+        return db
+
+    sqlite3.connect = tracing  # type: ignore[assignment]
+    try:
+        store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
+        _drain(DurableScheduler(store, imports=IMPORTS))
+        store.close()
+    finally:
+        sqlite3.connect = connect  # type: ignore[assignment]
+    # SQLite inlines an infinite float as Inf, which it cannot read back: 9e999 is one
+    statements = [
+        re.sub(r"\bInf\b", "9e999", text) for text in traced if not text.startswith("PRAGMA")
+    ]
+    db = sqlite3.connect(copy, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={sync}")
+    start = time.perf_counter()
+    for text in statements:
+        db.execute(text).fetchall()
+    elapsed = time.perf_counter() - start
+    _each_once(db.execute("SELECT count(*), count(DISTINCT task_id) FROM cadence_outcomes"))
+    db.close()
+    return N / elapsed
 
 
 def store_drain(directory: str, sync: str, group: bool = True) -> float:
@@ -266,7 +316,7 @@ def cadence_pg_drain(group: bool, workers: int = 0) -> float:
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
     _seed(PostgresStore(PG, prefix=prefix))
     store = PostgresStore(PG, prefix=prefix)
-    rate = _drain(DurableScheduler(store, group_commit=group), workers)
+    rate = _drain(DurableScheduler(store, group_commit=group, imports=IMPORTS), workers)
     store.close()
     import psycopg
 
@@ -282,7 +332,7 @@ _WORKER = """
 import sys, threading
 from cadence import DurableScheduler, Runner
 from cadence.store import PostgresStore
-sched = DurableScheduler(PostgresStore(sys.argv[1], prefix=sys.argv[2]))
+sched = DurableScheduler(PostgresStore(sys.argv[1], prefix=sys.argv[2]), imports=True)
 print("ready", flush=True)
 sys.stdin.readline()  # go
 runner = Runner(sched)
@@ -428,7 +478,7 @@ def failover(
     for suffix in ("", ".starts"):
         if os.path.exists(effects + suffix):
             os.remove(effects + suffix)
-    sched = DurableScheduler(store)
+    sched = DurableScheduler(store, imports=IMPORTS)
     env = {**os.environ, "EFFECTS_DB": effects, "PYTHONPATH": str(ROOT), "LEASE": str(lease),
            "EFFECT_SLEEP": "30", **(env or {})}  # fmt: skip
     worker = [sys.executable, "-m", "tests.durable.worker", target]
@@ -488,9 +538,9 @@ def wakeup(make_store: Callable[[], Any], samples: int = 30) -> list[float]:
     nothing due; the other schedules; the run's start is timed.
     """
     started: list[float] = []
-    node = DurableScheduler(make_store())
+    node = DurableScheduler(make_store(), imports=IMPORTS)
     node.register("bench.wake", lambda: started.append(time.time()))
-    other = DurableScheduler(make_store())
+    other = DurableScheduler(make_store(), imports=IMPORTS)
     other.register("bench.wake", node._actions["bench.wake"])
     gaps = []
     with Runner(node):
@@ -532,7 +582,7 @@ def startup(directory: str, rows: int = 1_000_000) -> float:
     db.commit()
     db.close()
     start = time.perf_counter()
-    sched = DurableScheduler(SQLiteStore(path))
+    sched = DurableScheduler(SQLiteStore(path), imports=IMPORTS)
     head = sched.next_run_time()
     task = sched._claim(time.time())
     elapsed = time.perf_counter() - start
@@ -560,6 +610,10 @@ def main() -> None:
                     (
                         "cadence, commit per run, pool of 16",
                         lambda s: cadence_drain(directory, s, 16, False),
+                    ),
+                    (
+                        "replay of cadence's SQL, group commit",
+                        lambda s: replay_drain(directory, s),
                     ),
                     ("cadence, group commit", lambda s: cadence_drain(directory, s)),
                     (
@@ -700,5 +754,35 @@ def write(results: dict[str, Any]) -> None:
     print("\n".join(lines))
 
 
+def replay_main() -> None:
+    """``python bench/durable.py replay``: cadence with group commit beside the replay of
+    its own SQL, SQLite NORMAL and FULL, ROUNDS alternating rounds; writes
+    ``bench/results/replay.md``."""
+    rates: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as directory:
+        for _ in range(ROUNDS):
+            for sync in ("NORMAL", "FULL"):
+                for name, run in (("replay of cadence's SQL", replay_drain),
+                                  ("cadence, group commit", cadence_drain)):  # fmt: skip
+                    rates.setdefault(f"{name} | {sync}", []).append(run(directory, sync))
+    lines = [
+        f"Command: `python bench/durable.py replay` (N = {N:,} runs, {ROUNDS} rounds, "
+        "alternating)",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"CPython {platform.python_version()}, SQLite {sqlite3.sqlite_version}",
+        "",
+        "| SQLite | replay runs/s (median) | cadence runs/s (median) | cadence / replay |",
+        "|---|---|---|---|",
+    ]
+    for sync in ("NORMAL", "FULL"):
+        replay = statistics.median(rates[f"replay of cadence's SQL | {sync}"])
+        mine = statistics.median(rates[f"cadence, group commit | {sync}"])
+        lines.append(f"| {sync} | {replay:,.0f} | {mine:,.0f} | {mine / replay:.2f} |")
+    text = "\n".join(lines) + "\n"
+    (ROOT / "bench" / "results" / "replay.md").write_text(text)
+    print(text)
+
+
 if __name__ == "__main__":
-    main()
+    replay_main() if sys.argv[1:] == ["replay"] else main()

@@ -140,11 +140,18 @@ class Engine:
     :meth:`next_time` is O(1) amortised.
     """
 
-    __slots__ = ("_backoff", "_history", "_history_limit", "_queue", "_retry", "_tasks")
+    __slots__ = (
+        "_backoff", "_follow", "_history", "_history_limit", "_queue", "_retry", "_tasks",
+    )  # fmt: skip
 
-    def __init__(self, backoff: Time, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, backoff: Time, retry: RetryPolicy | None = None, *, follow_moves: bool = True
+    ) -> None:
         self._backoff = backoff
         self._retry = retry
+        # A claim whose misfire policy moved its run goes on to claim in time order
+        # (in memory); a store's engine of one task returns instead (see claim)
+        self._follow = follow_moves
         self._tasks: dict[Hashable, Task] = {}
         # Finished ids: their final status only. Not the task (it would pin its action),
         # not its last outcome (keeping one per finished task costs ~5 % of every run).
@@ -350,7 +357,7 @@ class Engine:
         plan.slot = slot
         return True
 
-    def claim(self, now: Time, *, queued: bool = False, moved: bool = True) -> Task | None:
+    def claim(self, now: Time, *, queued: bool = False) -> Task | None:
         """Take the earliest run due at ``now`` (``at <= now``), or ``None``.
 
         Its task becomes ``running``, or ``queued`` when ``queued`` is true
@@ -358,9 +365,9 @@ class Engine:
         eventually pass the task to :meth:`complete` (unless :meth:`start`
         refused it). A late run of a task with a bounded misfire policy is
         decided here (see :meth:`_misfire`); if that queues another run in its
-        place, the claim goes on in time order, or, when ``moved`` is false,
-        returns ``None`` at once (a store claims that run later, in its
-        order with other tasks' runs). O(log n).
+        place, the claim goes on in time order, or, for an engine made with
+        ``follow_moves=False``, returns ``None`` at once (a store claims that
+        run later, in its order with other tasks' runs). O(log n).
         """
         while True:
             task = self._queue.pop_due(now)
@@ -377,7 +384,7 @@ class Engine:
             ):
                 move(task, QUEUED if queued else RUNNING)
                 return task
-            if not moved:
+            if not self._follow:
                 return None
 
     def start(self, task: Task) -> bool:

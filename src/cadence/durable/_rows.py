@@ -84,7 +84,7 @@ def restore(row: TaskRow, action: Action, status: Status | None = None) -> Held:
     task.row = row
     task.until = row.lease_until if row.lease_until is not None else 0
     task.lost = task.cancelled = False
-    task.engine = Engine(1)
+    task.engine = Engine(1, follow_moves=False)  # claims in time order across the store
     task.engine.adopt(task, row.due)
     task.adopted = task.entry
     return task

@@ -943,7 +943,7 @@ class DurableScheduler(Scheduler):
                 self._complete(task, error, now, now)
                 return None
         else:
-            claimed = task.engine.claim(now, queued=True, moved=False)
+            claimed = task.engine.claim(now, queued=True)
             assert task.plan is not None
             if claimed is None or task.row.state != state_of(task.plan):
                 # The misfire policy decided: store its decision. A run it moved to a
