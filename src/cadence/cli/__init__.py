@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from cadence.cli._jobfile import JobFileError
 from cadence.cli._subcommands import (
     DEFAULT_STORE,
     CliError,
@@ -33,7 +34,6 @@ from cadence.cli._subcommands import (
     _run,
     _status,
 )
-from cadence.cli._jobfile import JobFileError
 from cadence.store import StoreError
 
 
