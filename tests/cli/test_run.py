@@ -3,90 +3,16 @@
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from tests.helpers import wait_until
+from tests.cli.conftest import Cli, _task
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Cli:
-    """Runs ``cadence`` subcommands in a directory with one job file and one store."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.dir = tmp
-        self.jobs = tmp / "jobs.toml"
-        self.store = f"sqlite:///{tmp / 'state.db'}"
-        self.procs: list[subprocess.Popen[str]] = []
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT": str(tmp / "out")}
-
-    def write(self, text: str) -> None:
-        self.jobs.write_text(text)
-
-    def start(self, *extra: str, live: bool = False) -> subprocess.Popen[str]:
-        env = {**self.env, "COLUMNS": "200", "FORCE_COLOR": "0"} if live else self.env
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cadence", "run", str(self.jobs), "--store", self.store,
-             "--live", "yes" if live else "no", *extra],
-            cwd=self.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.procs.append(proc)
-        return proc
-
-    def live(self, seconds: float) -> str:
-        """``cadence run`` with its live view for ``seconds``, then SIGTERM: what it
-        drew and logged (stderr); it must exit 0."""
-        proc = self.start(live=True)
-        time.sleep(seconds)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err
-        return err
-
-    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "cadence", *args, "--store", self.store],
-            cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-
-    def json(self, *args: str) -> Any:
-        done = self(*args, "--json")
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-    def lines(self) -> list[str]:
-        out = self.dir / "out"
-        return out.read_text().splitlines() if out.exists() else []
-
-    def wait(self, done: Callable[[], bool], timeout: float = 20) -> None:
-        wait_until(done, timeout)
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Iterator[Cli]:
-    c = Cli(tmp_path)
-    try:
-        yield c
-    finally:
-        for proc in c.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate(timeout=30)
-
-
-def _task(cli: Cli, task_id: str) -> dict[str, Any]:
-    return next((t for t in cli.json("status") if t["id"] == task_id), {})
 
 
 FACTS = "$CADENCE_TASK_ID $CADENCE_SLOT $CADENCE_ATTEMPT $CADENCE_KEY"
@@ -118,12 +44,13 @@ def test_run_executes_commands_with_their_facts_and_stops_on_sigterm(cli: Cli) -
 
 def test_sigterm_waits_for_the_run_in_flight(cli: Cli) -> None:
     cli.write('[[jobs]]\nid = "slow"\nevery = "1h"\nstart = "2020-01-01T00:00:00+00:00"\n'
-              'misfire = "coalesce"\ncommand = "sleep 1; echo done >> $OUT"\n')  # fmt: skip
+              'misfire = "coalesce"\n'
+              'command = "echo started >> $OUT; sleep 1; echo done >> $OUT"\n')  # fmt: skip
     proc = cli.start()
-    time.sleep(0.6)  # the run has started
+    cli.wait(lambda: cli.lines() == ["started"], 60)  # the run has started
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
-    assert cli.lines() == ["done"]
+    assert cli.lines() == ["started", "done"]
     [run] = cli.json("history", "slow")
     assert run["result"] == "ok"
 
@@ -301,7 +228,7 @@ def test_read_commands_need_no_write_lock(cli: Cli) -> None:
     transaction, which waited out the lock (and failed on a read-only file)."""
     cli.write(f'[[jobs]]\nid = "tick"\nevery = "1h"\n{RECORD}\n')
     proc = cli.start()
-    cli.wait(lambda: cli.json("status") != [])
+    cli.wait(cli.loaded)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     lock = sqlite3.connect(cli.dir / "state.db", isolation_level=None)
@@ -322,7 +249,7 @@ def test_concurrent_triggers_each_run_once(cli: Cli) -> None:
     same)."""
     cli.write('[[jobs]]\nid = "sync"\nevery = "1h"\ncommand = "echo $CADENCE_KEY >> $OUT"\n')
     proc = cli.start()
-    cli.wait(lambda: cli.json("status") != [])
+    cli.wait(cli.loaded)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     command = [sys.executable, "-m", "cadence", "trigger", "sync", "--store", cli.store]

@@ -25,9 +25,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from cadence.cli._jobfile import JobFileError
+from cadence.cli._secrets import ScrubFilter, hide, scrub
 from cadence.cli._subcommands import (
     DEFAULT_STORE,
     CliError,
+    _check,
     _control,
     _history,
     _plan_command,
@@ -41,12 +43,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``cadence`` command with ``argv`` (default: ``sys.argv[1:]``); its exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if getattr(args, "store", None):
+        hide(args.store)  # before anything can print it
     _logging(args.log_level, args.log_format)
     try:
         status: int = args.run(args)
     except (CliError, JobFileError, StoreError) as exc:
         status = exc.status if isinstance(exc, CliError) else 2
-        print(f"cadence: {exc}", file=sys.stderr)
+        print(f"cadence: {scrub(str(exc))}", file=sys.stderr)
     except BrokenPipeError:  # `cadence plan jobs.toml | head`: the reader left
         sys.stderr.close()
         status = 0
@@ -59,13 +63,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Cron that retries, catches up after downtime, never runs a job twice "
         "across processes, and says what it did.",
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument("--log-level", default="INFO", type=_level, metavar="LEVEL",
+                        help="DEBUG, INFO, WARNING or ERROR (default INFO)")  # fmt: skip
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def store_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--store", default=DEFAULT_STORE, metavar="URL",
-                       help=f"sqlite:///path.db, sqlite:////abs/path.db or memory: "
+                       help=f"sqlite:///path.db, sqlite:////abs/path.db, "
+                            f"postgresql://user@host:port/db or memory: "
                             f"(default {DEFAULT_STORE})")  # fmt: skip
 
     run = sub.add_parser("run", help="load a job file into the store and run due jobs")
@@ -99,6 +105,13 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("--tz", help="show times in this zone (default: local)")
     history.set_defaults(run=_history)
 
+    check = sub.add_parser(
+        "check", help="exit 0 if every job is healthy, 1 if one failed or is overdue"
+    )
+    store_arg(check)
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(run=_check)
+
     for name, text in [
         ("pause", "keep a task from running until resumed"),
         ("resume", "let a paused task run again"),
@@ -115,18 +128,26 @@ def _parser() -> argparse.ArgumentParser:
 # -- helpers -------------------------------------------------------------------
 
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _level(value: str) -> str:
+    """``--log-level``'s value, any case; a usage error (exit 2) for another."""
+    if value.upper() not in LEVELS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(LEVELS)}")
+    return value.upper()
+
+
 def _logging(level: str, form: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if form == "json":
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ScrubFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    try:
-        root.setLevel(level.upper())
-    except ValueError:
-        raise CliError(2, f"--log-level: unknown level {level!r}") from None
+    root.setLevel(level)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -141,4 +162,6 @@ class _JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # rendered (and scrubbed) by ScrubFilter
+            entry["error"] = record.exc_text
         return json.dumps(entry)

@@ -19,9 +19,10 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 from cadence._calls import RunContext
-from cadence.durable import GivenBack
+from cadence.durable import GivenBack, RunCancelled
 
 TAIL = 2000
 """Characters of a command's combined stdout/stderr kept with its outcome."""
@@ -35,8 +36,9 @@ KILL_GRACE = 5.0
 
 log = logging.getLogger("cadence.cli")
 
-_running: set[subprocess.Popen[bytes]] = set()
+_running: dict[subprocess.Popen[bytes], object] = {}  # each running command: its job id
 _given_back: set[subprocess.Popen[bytes]] = set()  # stopped by stop_all
+_cancelled: dict[subprocess.Popen[bytes], float] = {}  # ended as its job was cancelled: when
 _lock = threading.Lock()
 
 
@@ -98,13 +100,19 @@ def run_command(
         start_new_session=True,  # its own process group: killed as a whole
     )
     with _lock:
-        _running.add(proc)
+        _running[proc] = run.task_id
     try:
         timed_out = _collect(proc, timeout, tail := _Tail(), run.task_id)
     finally:
         with _lock:
-            _running.discard(proc)
+            _running.pop(proc, None)
+            cancelled = _cancelled.pop(proc, None) is not None
     text = tail.text()
+    if cancelled:
+        raise RunCancelled(
+            f"cancelled while it ran: its process group was ended (exit status "
+            f"{proc.returncode}); output:\n{text}"
+        )
     if proc in _given_back:  # stopped by this node's shutdown (stop_all): not a failure
         _given_back.discard(proc)
         raise GivenBack(
@@ -187,6 +195,34 @@ def _collect(
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stop_cancelled(status_of: Callable[[str], object], grace: float = KILL_GRACE) -> None:
+    """End the commands whose jobs were cancelled (``status_of(job_id)`` is
+    ``"cancelled"``, from any process): SIGTERM to the process group, SIGKILL once
+    ``grace`` seconds passed without it ending. Their runs end in
+    :class:`~cadence.durable.RunCancelled`, recorded as ``cancelled``. Called often
+    (``cadence run`` does, twice a second); one status read per running command,
+    and a store that cannot answer changes nothing."""
+    with _lock:
+        running = list(_running.items())
+    now = time.monotonic()
+    for proc, job in running:
+        signalled = _cancelled.get(proc)
+        if signalled is not None:
+            if now - signalled >= grace:
+                _kill_group(proc)
+            continue
+        try:
+            cancelled = status_of(str(job)) == "cancelled"
+        except Exception:  # the store is down: try again on the next call
+            continue
+        if cancelled:
+            with _lock:
+                _cancelled[proc] = now
+            log.info("job %r: cancelled while running: ending its command", job)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
 
 
 def stop_all(grace: float = KILL_GRACE) -> None:

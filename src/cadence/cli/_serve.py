@@ -8,52 +8,74 @@ containers, pipes) it writes plain log lines: one per run.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from types import FrameType
 from typing import Any
 
 from cadence import Runner
 from cadence.cli import _command
-from cadence.cli._jobfile import Job, local_zone
-from cadence.durable import DurableScheduler
+from cadence.cli._jobfile import COMMAND, Job, JobFileError, local_zone
+from cadence.cli._secrets import ScrubFilter
+from cadence.cli._subcommands import CliError
+from cadence.durable import DurableScheduler, resolve_path
 from cadence.store import StoreError
 
 log = logging.getLogger("cadence.cli")
 
 
 def serve(
-    sched: DurableScheduler, jobs: list[Job], *, workers: int, grace: float, live: bool
+    sched: DurableScheduler,
+    jobs: list[Job],
+    *,
+    owner: str,
+    workers: int,
+    grace: float,
+    live: bool,
+    reload: Callable[[], list[Job]] | None = None,
 ) -> int:
-    """Declare ``jobs`` (idempotently: see ``DurableScheduler.ensure``) and run until a signal.
+    """Declare ``jobs`` as the file ``owner`` (see :func:`declare`) and run until a signal.
 
     On SIGTERM or SIGINT: no new run is claimed; runs in flight get
     ``grace`` seconds, then their commands' process groups are terminated
-    (SIGTERM, then SIGKILL). A job whose stored row cannot be read (see
-    ``cadence status``) is logged and left as it is; the others run. Returns 0.
+    (SIGTERM, then SIGKILL). On SIGHUP: ``reload()`` reads the file again and
+    its jobs are declared as at start-up, runs in flight going on; a file that
+    no longer loads is logged at ERROR and the jobs run on as they were. A job
+    whose stored row cannot be read (see ``cadence status``) is logged and left
+    as it is; the others run. Returns 0. Raises ``CliError`` (exit 2) if a job
+    of the file is declared by another file on the store.
     """
-    added = 0
-    for job in jobs:
-        try:
-            added += sched.ensure(job.id, job.when, job.action, **job.options())
-        except StoreError as exc:  # its stored row cannot be read: the other jobs still run
-            log.error("job %r not loaded, its stored row left as it is: %s", job.id, exc)
-    log.info("%d jobs loaded into %s (%d new or changed)", len(jobs), sched.store, added)
-    stop = threading.Event()
+    stop, hangup, wake = threading.Event(), threading.Event(), threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        (hangup if signum == signal.SIGHUP else stop).set()
+        wake.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    # First: a signal while the file is being declared is handled as any other
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous = {s: signal.signal(s, on_signal) for s in signals}
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cadence-job")
     runner = Runner(sched, executor=pool)
     try:
+        conflicts = _conflicts(sched, jobs, owner)
+        if conflicts:
+            raise CliError(2, "; ".join(conflicts.values()))
+        declare(sched, jobs, owner)
+        hangup.clear()  # a reload asked for while loading: what was loaded is the file
         runner.start()
         view = _live(sched) if live else None
         try:
-            while not stop.wait(0.5):
+            while not stop.is_set():
+                wake.wait(0.5)
+                wake.clear()
+                if hangup.is_set():
+                    hangup.clear()
+                    _reload(sched, owner, reload)
+                _command.stop_cancelled(sched.status)
                 if view is not None:
                     view.refresh()
         finally:
@@ -70,6 +92,100 @@ def serve(
         pool.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")
     return 0
+
+
+def _conflicts(sched: DurableScheduler, jobs: list[Job], owner: str) -> dict[str, str]:
+    """The jobs of the file ``owner`` that cannot be declared, each with why: their ids
+    belong to another job file, or to a task scheduled through the library. A task
+    with no owner and the job's action was stored by ``cadence run`` before jobs had
+    owners: the file adopts it."""
+    found = {}
+    for job in jobs:
+        row = sched.store.get(job.id)
+        if row is None or row.unreadable:  # unreadable: declare() logs it, leaves it alone
+            continue
+        other, removed = row.spec.get("owner"), bool(row.spec.get("removed"))
+        if other == owner or removed:
+            continue
+        if other is None:
+            if row.action not in (job.action, action_name(job, owner)):
+                found[job.id] = (
+                    f"job {job.id!r}: the store already has a task {job.id!r} scheduled "
+                    "otherwise (through the library, or another action): rename the job"
+                )
+            continue
+        found[job.id] = f"job {job.id!r} is declared by another job file, {other}: rename it"
+    return found
+
+
+def action_name(job: Job, owner: str) -> str:
+    """The name a job's action is stored and registered under: the file's own, so that
+    a node claims the runs of its file's jobs only (another file on the same store has
+    other names; a node knows only the names it registered). A command job's is
+    ``command@TAG``, a call job's its import path with dots, ``@TAG``; TAG is a hash
+    of the file's path."""
+    tag = hashlib.sha256(owner.encode()).hexdigest()[:12]
+    if job.action == COMMAND:
+        return f"command@{tag}"
+    return f"{job.action.replace(':', '.')}@{tag}"
+
+
+def _register(sched: DurableScheduler, job: Job, owner: str) -> str:
+    """Register the job's action under :func:`action_name`; that name."""
+    name = action_name(job, owner)
+    function = _command.run_command if job.action == COMMAND else resolve_path(job.action)
+    sched.register(name, function)
+    return name
+
+
+def declare(sched: DurableScheduler, jobs: list[Job], owner: str) -> None:
+    """Make the store hold what the file ``owner`` declares: ``jobs`` added or updated
+    (``DurableScheduler.ensure`` with the owner), the file's other jobs removed
+    (``DurableScheduler.remove``: cancelled, history kept). Jobs of other files and
+    of the library are not touched; a job of another file is skipped (logged)."""
+    added = 0
+    conflicts = _conflicts(sched, jobs, owner)
+    for problem in conflicts.values():
+        log.error("%s; it is not loaded", problem)
+    declared = {job.id for job in jobs}
+    for job in jobs:
+        if job.id in conflicts:
+            continue
+        try:
+            name = _register(sched, job, owner)
+            added += sched.ensure(job.id, job.when, name, owner=owner, **job.options())
+        except StoreError as exc:  # its stored row cannot be read: the other jobs still run
+            log.error("job %r not loaded, its stored row left as it is: %s", job.id, exc)
+    removed = []
+    for entry in sched.listing(unfinished=True):
+        task_id = str(entry.info.task_id)
+        if task_id in declared:
+            continue
+        stored = sched.owner_of(task_id)
+        if stored is not None and stored[0] == owner and sched.remove(task_id):
+            removed.append(task_id)
+    log.info(
+        "%d jobs loaded into %s (%d new or changed, %d removed%s)",
+        len(jobs), sched.store, added, len(removed),
+        f": {', '.join(removed)}" if removed else "",
+    )  # fmt: skip
+
+
+def _reload(sched: DurableScheduler, owner: str, reload: Callable[[], list[Job]] | None) -> None:
+    """SIGHUP: the file read and declared again; a file that does not load is logged at
+    ERROR and changes nothing."""
+    if reload is None:
+        return
+    log.info("SIGHUP: reloading %s", owner)
+    try:
+        jobs = reload()
+    except JobFileError as exc:
+        log.error("reload failed, the jobs run on as they were: %s", exc)
+        return
+    try:
+        declare(sched, jobs, owner)
+    except StoreError as exc:
+        log.error("reload failed, the jobs run on as they were: %s", exc)
 
 
 class _View:
@@ -121,7 +237,9 @@ def _live(sched: DurableScheduler) -> _View | None:
         return None
     console = Console(stderr=True)
     root = logging.getLogger()
-    root.handlers[:] = [RichHandler(console=console, show_path=False)]
+    handler = RichHandler(console=console, show_path=False)
+    handler.addFilter(ScrubFilter())
+    root.handlers[:] = [handler]
     live = Live(console=console, refresh_per_second=2, transient=False)
     live.start()
     view = _View(sched, live, Table)

@@ -10,10 +10,11 @@ import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, tzinfo
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cadence.cli._jobfile import duration, instant, load, local_zone, zone
-from cadence.store import StoreError, open_store
+from cadence.store import StoreError, open_store, redacted
 
 if TYPE_CHECKING:
     from cadence.durable import DurableScheduler, Entry
@@ -29,15 +30,18 @@ class CliError(Exception):
         self.status = status
 
 
-def _scheduler(url: str) -> Any:
+def _scheduler(url: str, *, create: bool = False) -> Any:
+    """The scheduler over the store ``url`` names. Only ``run`` creates a store: the
+    other subcommands refuse one that does not exist (exit 2), so a typo or the wrong
+    directory cannot report an empty schedule as if all were well."""
     from cadence.durable import DurableScheduler
 
     try:
-        return DurableScheduler(open_store(url))
-    except StoreError:
-        raise
+        return DurableScheduler(open_store(url, create=create))
+    except StoreError as exc:
+        raise CliError(2, f"--store {redacted(url)}: {exc}") from None
     except Exception as exc:  # e.g. sqlite3.OperationalError: unable to open database file
-        raise CliError(2, f"--store {url}: {exc}") from None
+        raise CliError(2, f"--store {redacted(url)}: {exc}") from None
 
 
 def _zone(name: str | None) -> tzinfo:
@@ -102,9 +106,11 @@ def _run(args: argparse.Namespace) -> int:
     grace = duration(args.grace, "--grace")
     if args.workers < 1:
         raise CliError(2, f"--workers must be >= 1, got {args.workers}")
-    sched = _scheduler(args.store)
+    sched = _scheduler(args.store, create=True)
     live = args.live == "yes" or (args.live == "auto" and sys.stderr.isatty())
-    return serve(sched, jobs, workers=args.workers, grace=grace, live=live)
+    owner = str(Path(args.jobfile).resolve())
+    return serve(sched, jobs, owner=owner, workers=args.workers, grace=grace, live=live,
+                 reload=lambda: load(args.jobfile))  # fmt: skip
 
 
 # -- status, history, control ---------------------------------------------------
@@ -156,7 +162,7 @@ def _listing(sched: DurableScheduler) -> Iterator[Entry]:
 def _history(args: argparse.Namespace) -> int:
     sched = _scheduler(args.store)
     if sched.status(args.id) is None:
-        raise CliError(1, f"no task {args.id!r} in {args.store}")
+        raise CliError(1, f"no task {args.id!r} in {redacted(args.store)}")
     if args.limit < 1:
         raise CliError(2, f"--limit must be >= 1, got {args.limit}")
     outcomes = sched.history(args.id, args.limit)
@@ -183,10 +189,114 @@ def _history(args: argparse.Namespace) -> int:
 def _control(args: argparse.Namespace) -> int:
     sched = _scheduler(args.store)
     if sched.status(args.id) is None:
-        raise CliError(1, f"no task {args.id!r} in {args.store}")
+        raise CliError(1, f"no task {args.id!r} in {redacted(args.store)}")
     if not getattr(sched, args.operation)(args.id):
         raise CliError(
-            1, f"{args.operation} {args.id!r}: does not apply (status {sched.status(args.id)})"
+            1, f"{args.operation} {args.id!r}: {_why_not(sched, args.operation, args.id)}"
         )
     print(f"{args.operation}: {args.id}", file=sys.stderr)
     return 0
+
+
+def _why_not(sched: DurableScheduler, operation: str, task_id: str) -> str:
+    """What is true of a task that a control command does not apply to."""
+    info = sched.info(task_id)
+    status = "unknown" if info is None else str(info.status)
+    if status == "cancelled" and operation == "resume":
+        return (
+            "it was cancelled, and a cancelled job does not resume: change its definition "
+            "in its job file and reload the file (SIGHUP, or restart cadence run), or "
+            "schedule it again"
+        )
+    if status in ("done", "failed", "cancelled"):
+        return f"it is finished ({status})"
+    if operation == "pause":
+        return "it is paused already"
+    if operation == "resume":
+        return "it is not paused"
+    if info is not None and info.paused:  # trigger
+        return "it is paused: a paused job is not triggered; resume it first"
+    return f"a run of it is {status} now; trigger it once that run ended"
+
+
+GRACE = 60.0
+"""Seconds past its time before a job counts as overdue, at least (``check``)."""
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``cadence check``: 0 when every job is healthy, 1 when one's last run failed or
+    one is overdue (no node runs it), 2 when the store cannot be read."""
+    sched = _scheduler(args.store)
+    own = sched.store.now()
+    now = time.time() if own is None else own
+    problems = []
+    try:
+        for info, last, unreadable in _listing(sched):
+            problem = _problem(sched, info, last, unreadable, now)
+            if problem is not None:
+                problems.append({"id": str(info.task_id), "problem": problem[0],
+                                 "detail": problem[1]})  # fmt: skip
+    except StoreError as exc:
+        raise CliError(2, f"--store {redacted(args.store)}: {exc}") from None
+    if args.json:
+        print(json.dumps(problems))
+    else:
+        for p in problems:
+            print(f"{_line(p['id'])}: {p['problem']}: {p['detail']}")
+        if not problems:
+            print("all jobs healthy", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _problem(
+    sched: DurableScheduler, info: Any, last: Any, unreadable: str | None, now: float
+) -> tuple[str, str] | None:
+    """``(problem, detail)`` for an unhealthy job, or ``None``: its last run failed for
+    good, or its run is overdue past :func:`_grace` (no node is running it)."""
+    tz = local_zone()
+    if last is not None and last.result == "failed":
+        error = (last.error or "failed").strip().splitlines()
+        return "failed", f"its run at {_time(last.at, tz)} failed: {error[-1] if error else ''}"
+    status = str(info.status)
+    if status in ("done", "failed", "cancelled") or info.paused:
+        return None
+    if unreadable:
+        return "overdue", f"its stored row cannot be read here ({unreadable})"
+    if status == "scheduled" and info.next_run_time is not None:
+        late = now - info.next_run_time
+        if late > _grace(info.schedule, info.next_run_time):
+            return "overdue", (
+                f"its run at {_time(info.next_run_time, tz)} is {late:.0f}s late: "
+                "no node is running it"
+            )
+        return None
+    row = sched.store.get(str(info.task_id))  # queued or running: is its lease alive?
+    if row is not None and row.lease_until is not None:
+        late = now - row.lease_until
+        if late > _grace(info.schedule, row.due):
+            return "overdue", (
+                f"its run at {_time(row.due, tz)} was claimed by {row.owner}, whose lease "
+                f"ran out {late:.0f}s ago: no node is running it"
+            )
+    return None
+
+
+def _grace(schedule: object, due: float) -> float:
+    """How late a run may be before its job is overdue: a minute, or one period of its
+    schedule if longer."""
+    period = getattr(schedule, "period", None)
+    if period is None and schedule is not None and hasattr(schedule, "start"):
+        try:
+            cursor = schedule.start(due)
+            first = cursor.next(due)
+            second = None if first is None else cursor.next(first)
+            if first is not None and second is not None:
+                period = second - first
+        except Exception:  # a schedule this cadence cannot step: the minute holds
+            period = None
+    return max(GRACE, float(period or 0))
+
+
+def _line(text: str) -> str:
+    """A job id as shown in one-line output: control characters escaped."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode()

@@ -10,13 +10,21 @@ stored form that a job file's loader checks before anything is stored.
 """
 
 from ._codec import json_value, resolve_path
-from ._scheduler import DurableScheduler, Entry, GivenBack, LeaseExpired, StoredError
+from ._rows import RunCancelled
+from ._scheduler import (
+    DurableScheduler,
+    Entry,
+    GivenBack,
+    LeaseExpired,
+    StoredError,
+)
 
 __all__ = [
     "DurableScheduler",
     "Entry",
     "GivenBack",
     "LeaseExpired",
+    "RunCancelled",
     "StoredError",
     "json_value",
     "resolve_path",

@@ -140,6 +140,13 @@ def slot_of(row: TaskRow) -> Time:
     return slot
 
 
+class RunCancelled(Exception):  # noqa: N818 - it names what happened to the run
+    """Raised by an action that stopped because its task was cancelled while it ran
+    (``cadence run`` ends a cancelled job's command with it). The run is reported
+    ``failed``, as a cancelled task's failing run always is, and recorded in the
+    store's history as ``cancelled``."""
+
+
 def outcome_row(row: TaskRow, outcome: RunOutcome, finished: Time) -> OutcomeRow:
     """The stored record of a run of ``row``'s current slot."""
     error = outcome.error
@@ -150,7 +157,7 @@ def outcome_row(row: TaskRow, outcome: RunOutcome, finished: Time) -> OutcomeRow
         outcome.attempt,
         row.fence,
         outcome.at,
-        str(outcome.result),
+        "cancelled" if isinstance(error, RunCancelled) else str(outcome.result),
         text,
         outcome.started,
         finished,

@@ -44,7 +44,16 @@ from cadence.schedules import FixedRate, Once
 from cadence.store import Change, Edit, Known, OutcomeRow, Store, StoreError, TaskRow
 
 from . import _codec
-from ._rows import Held, dump, new_row, outcome_row, restore, slot_of, state_of, value_from
+from ._rows import (
+    Held,
+    dump,
+    new_row,
+    outcome_row,
+    restore,
+    slot_of,
+    state_of,
+    value_from,
+)
 
 logger = logging.getLogger("cadence.durable")
 """Leases lost and taken over, actions no node here knows, store faults."""
@@ -441,8 +450,9 @@ class DurableScheduler(Scheduler):
         retry_on: RetryOn | None = None,
         misfire: Misfire | None = None,
         priority: int = 0,
+        owner: str | None = None,
     ) -> bool:
-        """Make sure a task exists as declared: for tasks declared at every start-up.
+        r"""Make sure a task exists as declared: for tasks declared at every start-up.
 
         Idempotent across processes and restarts, so N workers (gunicorn)
         that all call it at start-up give one task, not N: absent, the task
@@ -453,15 +463,28 @@ class DurableScheduler(Scheduler):
         finished (done, failed, or cancelled by someone), it is left alone.
         Returns ``True`` if it added or changed the task. Arguments and
         errors are :meth:`schedule`'s. One transaction.
+
+        ``owner`` names who declares the task (``cadence run`` gives its job
+        file's path): it is stored with the task (:meth:`owner_of`), and a
+        finished task of a declaring owner comes back, as a new task, when its
+        declaration changed (a job cancelled, or :meth:`remove`\ d, then edited
+        or declared again); with the same declaration it stays finished.
         """
         row = self._row(task_id, when, action, args, kwargs, max_retries, retry, retry_on,
                         misfire, priority)  # fmt: skip
+        if owner is not None:
+            if not isinstance(owner, str) or not owner:
+                raise TypeError(f"owner must be a non-empty str or None, got {owner!r}")
+            row.spec["owner"] = owner
 
         def ensure(old: TaskRow | None) -> Change[bool]:
             if old is None:
                 return Change(True, row=row, requeued=True)
             if old.status in FINISHED:
-                return Change(False)
+                if owner is None or (old.action == row.action and old.spec == row.spec):
+                    return Change(False)
+                row.fence = old.fence + 1  # declared anew: a new task under the same id
+                return Change(True, row=row, requeued=True)
             same = old.action == row.action and old.priority == row.priority
             if same and old.spec == row.spec:
                 return Change(False)
@@ -478,6 +501,36 @@ class DurableScheduler(Scheduler):
             return Change(True, row=new, requeued=requeued)
 
         return self._declare(row, ensure)
+
+    def remove(self, task_id: Hashable) -> bool:
+        """Withdraw a task's declaration: it is cancelled as :meth:`cancel` does (a run
+        in flight finishes; its history stays readable) and marked removed, so that
+        declaring it again (:meth:`ensure` with an ``owner``) adds it anew. What
+        ``cadence run`` does to the jobs its file no longer declares. ``False`` if the
+        task is unknown or finished. One transaction.
+        """
+        if not isinstance(task_id, str):
+            return False
+
+        def withdraw(task: Held) -> bool:
+            task.row.spec = {**task.row.spec, "removed": True}  # replaced, never changed
+            return task.engine.cancel(task.task_id)
+
+        removed = self._apply(task_id, withdraw, None)
+        if removed:
+            self._cancelled_here(task_id)
+            if self._listeners:
+                self._emit(Event(EventKind.TASK_REMOVED, task_id))
+        return removed
+
+    def owner_of(self, task_id: Hashable) -> tuple[str | None, bool] | None:
+        r"""Who declared a stored task (the ``owner`` given to :meth:`ensure`, ``None``
+        for one scheduled otherwise) and whether it was :meth:`remove`\ d; ``None`` for
+        an unknown id. One read."""
+        row = self._store.get(task_id) if isinstance(task_id, str) else None
+        if row is None:
+            return None
+        return row.spec.get("owner"), bool(row.spec.get("removed"))
 
     def _row(
         self,

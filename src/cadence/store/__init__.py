@@ -19,7 +19,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._base import Change, Edit, Known, Listed, OutcomeRow, Store, StoreError, TaskRow
+from ._base import (
+    Change,
+    Edit,
+    Known,
+    Listed,
+    OutcomeRow,
+    Store,
+    StoreError,
+    TaskRow,
+    redacted,
+)
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore
 
@@ -33,14 +43,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, create: bool = True) -> Store:
     """Open (creating or migrating the schema) the store a URL names.
 
     ``sqlite:///path.db`` (relative to the working directory),
     ``sqlite:////abs/path.db``, ``postgresql://...`` (or ``postgres://``; extra
     ``cadence[postgres]``) or ``memory:``. Raises ``TypeError`` for a
     non-str and :class:`StoreError` for a URL of no known kind (or what the
-    store's ``open`` raises).
+    store's ``open`` raises); with ``create`` false, also for a store that does not
+    exist yet (a missing SQLite file, no cadence tables in the database): nothing is
+    created. Messages show the URL :func:`redacted`.
     """
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {url!r}")
@@ -48,16 +60,16 @@ def open_store(url: str) -> Store:
     if url == "memory:":
         store = MemoryStore()
     elif url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
-        store = SQLiteStore(url[len("sqlite:///") :])
+        store = SQLiteStore(url[len("sqlite:///") :], create=create)
     elif url.startswith(("postgresql://", "postgres://")):
         try:
             from ._postgres import PostgresStore
         except ImportError as exc:
-            raise StoreError(f"store URL {url!r}: {exc}") from None
-        store = PostgresStore(url)
+            raise StoreError(f"store URL {redacted(url)!r}: {exc}") from None
+        store = PostgresStore(url, create=create)
     else:
         raise StoreError(
-            f"store URL {url!r} is not one of sqlite:///relative/path.db, "
+            f"store URL {redacted(url)!r} is not one of sqlite:///relative/path.db, "
             "sqlite:////absolute/path.db, postgresql://user@host:port/dbname, memory:"
         )
     store.open()
@@ -77,4 +89,5 @@ __all__ = [
     "StoreError",
     "TaskRow",
     "open_store",
+    "redacted",
 ]

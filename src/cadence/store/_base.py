@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -60,6 +61,19 @@ FINISHED_SQL = sql_set(FINISHED)
 """The leased and final statuses as SQL list literals, from their one definition."""
 FINISHED_NAMES = sorted(map(str, FINISHED))
 """The final statuses as a list of str, for a query parameter."""
+
+
+_PASSWORD = re.compile(
+    r"((?:^|\s)password\s*=\s*|[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?:'[^']*'|[^\s@/]+)(?=@|\s|$)"
+)
+"""A password in a URL (``scheme://user:PASSWORD@host``) or a libpq keyword/value
+connection string (``password=PASSWORD``)."""
+
+
+def redacted(text: str) -> str:
+    """``text`` with every password in a store URL or connection string in it shown as
+    ``***``: how a store URL may appear in output, logs and errors. O(len(text))."""
+    return _PASSWORD.sub(r"\1***", text)
 
 
 @dataclass(slots=True)

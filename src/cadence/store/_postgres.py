@@ -20,7 +20,6 @@ remains the safety net.
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -57,6 +56,7 @@ from ._base import (
     is_current,
     migrate,
     outcome_from,
+    redacted,
     run_values,
     task_row,
     write_row,
@@ -82,8 +82,6 @@ lease (30 s)."""
 CANCELLED = (errors.QueryCanceled, errors.LockNotAvailable)
 """Statements the server cancelled: their transaction is rolled back, their
 connection healthy."""
-_PASSWORD = re.compile(r"((?:^|\s)password\s*=\s*|^[a-z]+://[^:/@\s]*:)(?:'[^']*'|[^\s@]+)")
-"""A password in a libpq URL or keyword/value connection string."""
 REMEASURE = 30.0
 """Seconds after which a node measures its clock's offset from the server's again."""
 SOON = 1.0
@@ -187,6 +185,7 @@ class PostgresStore(StoreBase):
         lock_timeout: float | None = LOCK_TIMEOUT,
         statement_timeout: float | None = STATEMENT_TIMEOUT,
         idle_timeout: float | None = IDLE_TIMEOUT,
+        create: bool = True,
     ) -> None:
         if not isinstance(conninfo, str):
             raise TypeError(f"conninfo must be a str, got {conninfo!r}")
@@ -216,6 +215,7 @@ class PostgresStore(StoreBase):
         self.conninfo = conninfo
         self._p = prefix
         self._clock = clock
+        self._create = create
         self._offset = 0.0  # the server's epoch time minus our monotonic time
         self._measured = -float("inf")  # when (monotonic) it was last measured
         self._listener: psycopg.Connection[Any] | None = None
@@ -228,7 +228,7 @@ class PostgresStore(StoreBase):
     def _safe_url(self) -> str:
         """The connection string as it may be shown: a password, in a URL
         (``postgresql://app:pw@host/db``) or as ``password=...``, is ``***``."""
-        return _PASSWORD.sub(r"\1***", self.conninfo)
+        return redacted(self.conninfo)
 
     # -- connections -----------------------------------------------------
 
@@ -337,6 +337,8 @@ class PostgresStore(StoreBase):
         version = self._retrying(current, transaction=False)
         if is_current(version, steps, str(self)):
             return
+        if not self._create and version is None:
+            raise StoreError(f"{self}: no cadence store there (nothing was created)")
 
         def upgrade(db: psycopg.Connection[Any]) -> None:
             db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{p}schema",))

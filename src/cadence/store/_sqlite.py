@@ -149,6 +149,7 @@ class SQLiteStore(StoreBase):
         *,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         prefix: str = "cadence_",
+        create: bool = True,
     ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"path must be a str or path, got {path!r}")
@@ -163,6 +164,7 @@ class SQLiteStore(StoreBase):
         self.path = path
         self.synchronous = synchronous
         self._p = prefix
+        self._create = create
         # This process's writers queue here, not in SQLite's busy handler, which
         # sleeps (up to 100 ms a time) between tries: threads hand the write lock
         # over at once; other processes still wait through the busy timeout.
@@ -243,6 +245,8 @@ class SQLiteStore(StoreBase):
         """
         p = self._p
         steps = _migrations(p)
+        if not self._create and not os.path.exists(self.path):
+            raise StoreError(f"no store at {os.path.abspath(self.path)} (nothing was created)")
         try:  # current already (the usual case): a read, no write lock, no write access
             found = (
                 self._db()
@@ -255,6 +259,8 @@ class SQLiteStore(StoreBase):
             found = None
         if is_current(None if found is None else int(found[0]), steps, self.path):
             return
+        if not self._create and found is None:
+            raise StoreError(f"{os.path.abspath(self.path)} holds no cadence store")
         with self._write() as db:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS {p}meta (key TEXT PRIMARY KEY, value NOT NULL)"

@@ -1,0 +1,217 @@
+"""Running unattended, end to end (``cli.md``, "Running unattended"): the job file as
+desired state, SIGHUP, cancel ending a command, ``check``, read commands that create
+nothing, and no password in any output. Real processes, real SQLite files."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.cli.conftest import Cli, _task
+
+EVERY = 'every = "1h"\nstart = "2020-01-01T00:00:00+00:00"\nmisfire = "coalesce"\n'
+
+
+def job(job_id: str, command: str = "echo $CADENCE_TASK_ID >> $OUT", extra: str = "") -> str:
+    return f'[[jobs]]\nid = "{job_id}"\n{EVERY}command = "{command}"\n{extra}'
+
+
+def ran(cli: Cli) -> list[str]:
+    return cli.lines()
+
+
+def test_read_commands_refuse_a_store_that_does_not_exist_and_create_nothing(
+    tmp_path: Path,
+) -> None:
+    for args in (["status"], ["history", "x"], ["pause", "x"], ["check"], ["status", "--json"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "cadence", *args], cwd=tmp_path, capture_output=True,
+            text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, (args, done.stderr)
+        assert str(tmp_path / "cadence.db") in done.stderr
+        assert done.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_password_in_any_output(tmp_path: Path) -> None:
+    url = "postgresql://app:s3cretpw@127.0.0.1:1/app"  # nothing listens on port 1
+    (tmp_path / "jobs.toml").write_text(job("a"))
+    for args in (["status"], ["check", "--json"], ["history", "a"], ["cancel", "a"],
+                 ["run", "jobs.toml", "--live", "no"]):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "cadence", "--log-level", "DEBUG", *args, "--store", url],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, (args, done.stderr)
+        assert "s3cretpw" not in done.stdout + done.stderr, args
+        assert "app:***@127.0.0.1" in done.stderr, args
+
+
+def test_a_bad_flag_value_is_a_usage_error(cli: Cli) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "--log-level", "verbose", "status"],
+        cwd=cli.dir, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "'verbose' is not one of DEBUG" in done.stderr
+
+
+def test_the_job_file_is_the_desired_state_and_sighup_reloads_it(cli: Cli) -> None:
+    cli.write(job("keep") + job("drop") + job("change"))
+    log = cli.dir / "log"
+    proc = cli.start(log=log)
+    cli.wait(lambda: sorted(ran(cli)) == ["change", "drop", "keep"], 60)
+    cli.write(
+        job("keep") + job("new")
+        + '[[jobs]]\nid = "change"\nevery = "2h"\ncommand = "echo changed >> $OUT"\n'
+    )  # fmt: skip
+    proc.send_signal(signal.SIGHUP)
+    cli.wait(lambda: "new" in ran(cli), 60)
+    assert _task(cli, "drop")["status"] == "cancelled"  # removed: history kept
+    assert cli.json("history", "drop")[0]["result"] == "ok"
+    assert _task(cli, "change")["status"] == "scheduled"
+    cli.write("[[jobs]]\nthis is not toml")
+    proc.send_signal(signal.SIGHUP)
+    cli.wait(lambda: "reload failed" in log.read_text(), 30)
+    [line] = [line for line in log.read_text().splitlines() if "reload failed" in line]
+    assert " ERROR " in line
+    assert "not valid TOML" in line
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert _task(cli, "keep")["status"] == "scheduled"
+
+
+def test_two_job_files_on_one_store_each_run_their_own(cli: Cli) -> None:
+    other = cli.dir / "other.toml"
+    other.write_text(job("theirs", "echo theirs-$CADENCE_TASK_ID >> $OUT"))
+    cli.write(job("mine"))
+    first = cli.start()
+    second = subprocess.Popen(
+        [sys.executable, "-m", "cadence", "run", str(other), "--store", cli.store,
+         "--live", "no"],
+        cwd=cli.dir, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cli.procs.append(second)
+    cli.wait(lambda: sorted(ran(cli)) == ["mine", "theirs-theirs"], 60)
+    for proc in (first, second):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    shared = cli.dir / "shared.toml"
+    shared.write_text(job("mine"))  # an id the first file declares
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "run", str(shared), "--store", cli.store],
+        cwd=cli.dir, env=cli.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert str(cli.jobs) in done.stderr
+    assert sorted(ran(cli)) == ["mine", "theirs-theirs"]  # nothing ran twice meanwhile
+
+
+def test_a_cancelled_job_comes_back_only_when_its_definition_changed(cli: Cli) -> None:
+    cli.write(job("j"))
+    proc = cli.start()
+    cli.wait(lambda: ran(cli) == ["j"], 60)
+    assert cli("cancel", "j").returncode == 0
+    done = cli("resume", "j")
+    assert done.returncode == 1
+    assert "change its definition" in done.stderr
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    log = cli.dir / "log"
+    proc = cli.start(log=log)  # the same definition: it stays cancelled
+    cli.wait(lambda: "jobs loaded" in log.read_text(), 60)
+    assert "(0 new or changed, 0 removed)" in log.read_text()
+    assert _task(cli, "j")["status"] == "cancelled"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert ran(cli) == ["j"]
+    cli.write(job("j", "echo again >> $OUT"))
+    proc = cli.start()  # the definition changed: it comes back, as a new job
+    cli.wait(lambda: ran(cli) == ["j", "again"], 60)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+
+
+def test_cancel_ends_a_running_command_and_records_the_run_as_cancelled(cli: Cli) -> None:
+    cli.write(job("long", "echo $$ >> $OUT; exec sleep 60"))
+    proc = cli.start()
+    cli.wait(lambda: len(ran(cli)) == 1, 60)
+    pid = int(ran(cli)[0])
+    assert cli("cancel", "long").returncode == 0
+    cli.wait(lambda: not _alive(pid), 30)  # SIGTERM within a poll; SIGKILL after the grace
+    cli.wait(lambda: _history(cli, "long") != [], 30)
+    [record] = _history(cli, "long")
+    assert record["result"] == "cancelled"
+    assert _task(cli, "long")["status"] == "cancelled"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _history(cli: Cli, task_id: str) -> list[Any]:
+    done = cli("history", task_id, "--json")
+    return json.loads(done.stdout) if done.returncode == 0 else []
+
+
+def test_check_exit_codes(cli: Cli, tmp_path: Path) -> None:
+    cli.write(job("fine") + job("broken", "exit 3"))
+    proc = cli.start()
+    cli.wait(lambda: len(_history(cli, "broken")) == 1 and ran(cli) == ["fine"], 60)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    done = cli("check", "--json")
+    assert done.returncode == 1
+    [problem] = json.loads(done.stdout)
+    assert (problem["id"], problem["problem"]) == ("broken", "failed")
+    assert "exit status 3" in problem["detail"]
+    healthy = cli.dir / "healthy.toml"
+    healthy.write_text('[[jobs]]\nid = "soon"\nevery = "1h"\ncommand = "true"\n')
+    store = f"sqlite:///{tmp_path / 'healthy.db'}"
+    loader = subprocess.Popen(
+        [sys.executable, "-m", "cadence", "run", str(healthy), "--store", store, "--live", "no"],
+        cwd=cli.dir, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cli.procs.append(loader)
+    cli.wait(lambda: (tmp_path / "healthy.db").exists() and _checked(cli, store) == 0, 60)
+    loader.send_signal(signal.SIGTERM)
+    assert loader.wait(60) == 0
+    late_store = f"sqlite:///{tmp_path / 'late.db'}"
+    from cadence.durable import DurableScheduler
+    from cadence.schedules import FixedRate
+    from cadence.store import SQLiteStore
+
+    node = DurableScheduler(SQLiteStore(tmp_path / "late.db"))  # stored, and no node runs it
+    node.schedule("late", FixedRate(1, start=1_000_000_000), "tests.durable.jobs:noop")
+    node.store.close()
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "check", "--json", "--store", late_store],
+        cwd=cli.dir, env=cli.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert json.loads(done.stdout)[0]["problem"] == "overdue"
+    (tmp_path / "junk.db").write_text("not a database")
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "check", "--store", f"sqlite:///{tmp_path / 'junk.db'}"],
+        cwd=cli.dir, env=cli.env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+
+
+def _checked(cli: Cli, store: str) -> int:
+    return subprocess.run(
+        [sys.executable, "-m", "cadence", "check", "--store", store],
+        cwd=cli.dir, env=cli.env, capture_output=True, text=True, timeout=60, check=False,
+    ).returncode  # fmt: skip
