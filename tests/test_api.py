@@ -9,7 +9,7 @@ import pytest
 
 import cadence
 
-PUBLIC_MODULES = {"cron", "misfire", "retry", "schedules", "store", "durable", "cli"}
+PUBLIC_MODULES = {"cron", "misfire", "retry", "schedules", "store", "durable", "cli", "testing"}
 CORE_MODULES = ["_engine.py", "_queue.py", "_types.py", "_validate.py", "_scheduler.py",
                 "_policy.py", "schedules.py", "misfire.py", "_calls.py"]  # fmt: skip
 FORBIDDEN = {"time", "threading", "asyncio", "concurrent", "random", "datetime"}
