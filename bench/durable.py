@@ -112,7 +112,7 @@ def replay_drain(directory: str, sync: str) -> float:
     connect = sqlite3.connect
 
     def tracing(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        db = connect(*args, **kwargs)
+        db: sqlite3.Connection = connect(*args, **kwargs)
         db.set_trace_callback(note)
         return db
 
@@ -122,7 +122,7 @@ def replay_drain(directory: str, sync: str) -> float:
         _drain(DurableScheduler(store, imports=IMPORTS))
         store.close()
     finally:
-        sqlite3.connect = connect  # type: ignore[assignment]
+        sqlite3.connect = connect
     # SQLite inlines an infinite float as Inf, which it cannot read back: 9e999 is one
     statements = [
         re.sub(r"\bInf\b", "9e999", text) for text in traced if not text.startswith("PRAGMA")
