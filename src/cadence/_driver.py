@@ -355,27 +355,42 @@ class Driver:
 
         The log line (logger ``cadence.runs``) names the task, the run's time
         (wall-clock time on an epoch clock), the result, the attempt, how
-        long it ran and its lag: INFO for ``ok`` and ``retry``, WARNING with
-        the traceback for ``failed``. ``on_outcome``'s exceptions (any
-        ``Exception``) are logged and change nothing; a fatal one stops the
-        runner like a fatal action error.
+        long it ran and its lag, and the error's first line: INFO for ``ok``,
+        WARNING for a ``retry``, ERROR with the traceback for ``failed`` (for
+        good). The record carries them as fields too (``job``, ``at``,
+        ``attempt``, ``result``, ``duration``, ``lag``, ``error``, ``node``),
+        for a formatter that ships them (``cadence --log-format json``).
+        ``on_outcome``'s exceptions (any ``Exception``) are logged and change
+        nothing; a fatal one stops the runner like a fatal action error.
         """
         self._stats.record(outcome)
         error = outcome.error
-        level = logging.WARNING if outcome.result is Result.FAILED else logging.INFO
+        result = outcome.result
+        level = (
+            logging.ERROR if result is Result.FAILED
+            else logging.WARNING if result is Result.RETRY
+            else logging.INFO
+        )  # fmt: skip
         if runs_logger.isEnabledFor(level):
+            took = max(0.0, finished - outcome.started)  # never negative (two clocks' noise)
+            summary = None if error is None else _one_line(error)
             runs_logger.log(
                 level,
                 "task %r: run at %s %s (attempt %d) in %s, lag %s%s",
                 outcome.task_id,
                 self._time_shown(outcome.at),
-                outcome.result,
+                result,
                 outcome.attempt,
-                _seconds(finished - outcome.started),
+                _seconds(took),
                 _seconds(outcome.lag),
-                "" if error is None else f": {error!r}",
-                exc_info=error if outcome.result is Result.FAILED else None,
-            )
+                "" if summary is None else f": {summary}",
+                exc_info=error if result is Result.FAILED else None,
+                extra={
+                    "job": str(outcome.task_id), "at": outcome.at, "attempt": outcome.attempt,
+                    "result": str(result), "duration": took, "lag": outcome.lag,
+                    "error": summary, "node": getattr(self._scheduler, "node", None),
+                },
+            )  # fmt: skip
         if is_fatal(error):
             assert error is not None
             self._stop_for(error, f"task {outcome.task_id!r} raised {error!r}")
@@ -402,6 +417,12 @@ class Driver:
             if self._fatal is None:
                 self._fatal = error
         self._halt()
+
+
+def _one_line(error: BaseException) -> str:
+    """An error as one line: its type and the first line of its message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def _seconds(duration: Time) -> str:

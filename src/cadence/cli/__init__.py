@@ -150,8 +150,14 @@ def _logging(level: str, form: str) -> None:
     root.setLevel(level)
 
 
+RUN_FIELDS = ("job", "at", "attempt", "result", "duration", "lag", "error", "node", "line")
+"""The fields a run's log record carries (``cadence.runs``; ``line``: a line of a
+command's output), shipped as keys of its JSON object."""
+
+
 class _JsonFormatter(logging.Formatter):
-    """One JSON object per line, for log shippers."""
+    """One JSON object per line, for log shippers: time, level, logger, message, and
+    a run's facts (:data:`RUN_FIELDS`) on the records that have them."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -160,6 +166,9 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for name in RUN_FIELDS:  # a run's facts, from the runner's records
+            if hasattr(record, name):
+                entry[name] = getattr(record, name)
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         elif record.exc_text:  # rendered (and scrubbed) by ScrubFilter

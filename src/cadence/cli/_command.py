@@ -90,15 +90,18 @@ def run_command(
         "CADENCE_ATTEMPT": str(run.attempt),
         "CADENCE_KEY": f"{run.task_id}@{float(run.slot)!r}",
     }
-    proc = subprocess.Popen(
-        command,
-        shell=isinstance(command, str),
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: killed as a whole
-    )
+    try:
+        proc = subprocess.Popen(
+            command,
+            shell=isinstance(command, str),
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: killed as a whole
+        )
+    except OSError as exc:  # no such program, not executable: the job's fault, said so
+        raise CommandError(f"cannot start {command[0]!r}: {exc.strerror}") from None
     with _lock:
         _running[proc] = run.task_id
     try:
@@ -120,15 +123,23 @@ def run_command(
             f"{proc.returncode}); given back, to run again"
         )
     if timed_out:
-        raise CommandError(f"timed out after {timeout:g}s (process group killed); output:\n{text}")
+        raise CommandError(_failure(f"timed out after {timeout:g}s (process group killed)", text))
     if proc.returncode != 0:
         how = (
             f"killed by signal {-proc.returncode}"
             if proc.returncode < 0
             else f"exit status {proc.returncode}"
         )
-        raise CommandError(f"{how}; output:\n{text}")
+        raise CommandError(_failure(how, text))
     return text
+
+
+def _failure(how: str, output: str) -> str:
+    """A failed command's message: how it ended and its output's last line, on the first
+    line (what a log line shows); then the output's tail."""
+    lines = output.strip().splitlines()
+    last = f": {lines[-1].strip()}" if lines else " (no output)"
+    return f"{how}{last}\noutput:\n{output}"
 
 
 class _Tail:

@@ -12,6 +12,8 @@ import logging
 import traceback
 from urllib.parse import unquote, urlsplit
 
+from cadence.cli._command import CommandError
+from cadence.durable import GivenBack, RunCancelled
 from cadence.store import redacted
 
 _hidden: set[str] = set()
@@ -35,12 +37,22 @@ def scrub(text: str) -> str:
     return redacted(text)
 
 
+EXPECTED: tuple[type[BaseException], ...] = (CommandError, RunCancelled, GivenBack)
+"""How a job's run ends without a fault of cadence's: logged in one line, without a
+traceback (which would show only cadence's own frames)."""
+
+
 class ScrubFilter(logging.Filter):
     """Scrubs each record before any handler formats it: its message (arguments
-    merged in) and its traceback."""
+    merged in), its ``error`` field and its traceback; drops the traceback of a
+    job's own failure (:data:`EXPECTED`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg, record.args = scrub(record.getMessage()), None
+        if record.exc_info and isinstance(record.exc_info[1], EXPECTED):
+            record.exc_info = None  # a job's failure, said in one line: no traceback of ours
+        if isinstance(getattr(record, "error", None), str):
+            record.error = scrub(record.error)  # type: ignore[attr-defined]
         if record.exc_info and record.exc_info[0] is not None:
             record.exc_text = scrub("".join(traceback.format_exception(*record.exc_info))).rstrip()
             record.exc_info = None

@@ -256,7 +256,7 @@ def _problem(
     tz = local_zone()
     if last is not None and last.result == "failed":
         error = (last.error or "failed").strip().splitlines()
-        return "failed", f"its run at {_time(last.at, tz)} failed: {error[-1] if error else ''}"
+        return "failed", f"its run at {_time(last.at, tz)} failed: {error[0] if error else ''}"
     status = str(info.status)
     if status in ("done", "failed", "cancelled") or info.paused:
         return None
