@@ -215,3 +215,80 @@ def _checked(cli: Cli, store: str) -> int:
         [sys.executable, "-m", "cadence", "check", "--store", store],
         cwd=cli.dir, env=cli.env, capture_output=True, text=True, timeout=60, check=False,
     ).returncode  # fmt: skip
+
+
+class Hooks:
+    """A real HTTP server on 127.0.0.1: records each GET's path; ``/hang...`` answers
+    only after a minute (a monitoring endpoint that hangs)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.paths: list[str] = []
+        self.release = threading.Event()
+        paths, release = self.paths, self.release
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                paths.append(self.path)
+                if self.path.startswith("/hang"):
+                    release.wait(60)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_ping_and_on_failure_reach_someone(cli: Cli) -> None:
+    hooks = Hooks()
+    try:
+        failures = cli.dir / "failures"
+        cli.write(
+            job("ok", "true", f'ping = "{hooks.url}/ok"\n')
+            + job("bad", "echo broken; exit 1",
+                  f'ping = "{hooks.url}/bad"\nmax_retries = 1\nretry = {{ base = "0.1s" }}\n'
+                  f'on_failure = "echo $CADENCE_TASK_ID $CADENCE_KEY $CADENCE_ERROR >> '
+                  f'{failures}"\n')
+        )  # fmt: skip
+        proc = cli.start()
+        cli.wait(lambda: failures.exists() and "/ok" in hooks.paths, 60)
+        cli.wait(lambda: hooks.paths.count("/bad/fail") == 1, 30)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert [p for p in hooks.paths if p.startswith("/ok")] == ["/ok/start", "/ok"]
+        bad = [p for p in hooks.paths if p.startswith("/bad")]
+        assert bad == ["/bad/start", "/bad/start", "/bad/fail"]  # a retry is no failure
+        [line] = failures.read_text().splitlines()  # once: retries exhausted
+        task_id, key, error = line.split(" ", 2)
+        assert task_id == "bad"
+        assert key.startswith("bad@")
+        assert "exit status 1: broken" in error
+    finally:
+        hooks.close()
+
+
+def test_a_hanging_notification_endpoint_delays_no_run(cli: Cli) -> None:
+    hooks = Hooks()
+    try:
+        cli.write(
+            '[[jobs]]\nid = "tick"\nevery = "0.2s"\ncommand = "echo tick >> $OUT"\n'
+            f'ping = "{hooks.url}/hang"\n'
+        )
+        proc = cli.start()
+        cli.wait(lambda: len(ran(cli)) >= 10, 30)  # 2 s of runs while every ping hangs
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert hooks.paths[:1] == ["/hang/start"]
+    finally:
+        hooks.close()

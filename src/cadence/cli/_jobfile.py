@@ -26,7 +26,7 @@ COMMAND = "cadence.cli._command:run_command"
 
 JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
-     "tz", "max_retries", "retry", "misfire", "env", "inherit_env"}
+     "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping"}
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call"}
 RETRY_KEYS = frozenset({"base", "cap", "jitter"})
@@ -106,6 +106,8 @@ class Job:
     retry: Backoff | None = None
     misfire: Misfire | None = None
     timeout: float | None = None
+    on_failure: str | list[str] | None = None
+    ping: str | None = None
 
     def options(self) -> dict[str, Any]:
         """Keyword arguments for ``DurableScheduler.ensure``/``Scheduler.schedule``."""
@@ -145,9 +147,10 @@ def load(path: str | Path) -> list[Job]:
     loaded = []
     for index, raw in enumerate(jobs):
         job_id = raw.get("id")
-        if not isinstance(job_id, str) or not job_id:
+        if not isinstance(job_id, str) or not job_id.strip() or not job_id.isprintable():
             raise JobFileError(
-                f"{path}: job #{index + 1}: key 'id': a non-empty string is required"
+                f"{path}: job #{index + 1}: key 'id': a non-blank string of printable "
+                f"characters (no newline, no control character) is required, got {job_id!r}"
             )
         if job_id in seen:
             raise JobFileError(f"{path}: job {job_id!r}: key 'id': used twice in the file")
@@ -235,7 +238,30 @@ def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
     misfire = _misfire(raw["misfire"], key("misfire")) if "misfire" in raw else None
     if misfire is not None and kind == "at":
         raise JobFileError(f"{key('misfire')}: a one-off ('at') job has no missed slots")
-    return Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout)
+    return Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout,
+               _on_failure(raw, key), _ping(raw, key))  # fmt: skip
+
+
+def _on_failure(raw: dict[str, Any], key: Callable[[str], str]) -> str | list[str] | None:
+    """``on_failure``: a command (argv list, or a string for the shell), or absent."""
+    if "on_failure" not in raw:
+        return None
+    command = raw["on_failure"]
+    if (isinstance(command, str) and command.strip()) or (
+        isinstance(command, list) and command and all(isinstance(a, str) for a in command)
+    ):
+        return command
+    raise JobFileError(f"{key('on_failure')}: a non-empty string or list of strings is required")
+
+
+def _ping(raw: dict[str, Any], key: Callable[[str], str]) -> str | None:
+    """``ping``: an http(s) URL (healthchecks.io style: ``/start``, ``/fail`` appended)."""
+    if "ping" not in raw:
+        return None
+    url = raw["ping"]
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise JobFileError(f"{key('ping')}: an http:// or https:// URL is required, got {url!r}")
+    return url
 
 
 def _one_of(raw: dict[str, Any], names: tuple[str, ...], where: str) -> str:

@@ -17,9 +17,10 @@ from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from cadence import Runner
+from cadence import EventKind, Runner
 from cadence.cli import _command
 from cadence.cli._jobfile import COMMAND, Job, JobFileError, local_zone
+from cadence.cli._notify import Notifier
 from cadence.cli._secrets import ScrubFilter
 from cadence.cli._subcommands import CliError
 from cadence.durable import DurableScheduler, resolve_path
@@ -59,12 +60,15 @@ def serve(
     signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {s: signal.signal(s, on_signal) for s in signals}
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cadence-job")
-    runner = Runner(sched, executor=pool)
+    notifier = Notifier(sched)
+    runner = Runner(sched, executor=pool, on_outcome=notifier.outcome)
+    unlisten = sched.add_listener(notifier.started, EventKind.RUN_STARTED)
     try:
         conflicts = _conflicts(sched, jobs, owner)
         if conflicts:
             raise CliError(2, "; ".join(conflicts.values()))
         declare(sched, jobs, owner)
+        notifier.update(jobs)
         hangup.clear()  # a reload asked for while loading: what was loaded is the file
         runner.start()
         view = _live(sched) if live else None
@@ -74,7 +78,7 @@ def serve(
                 wake.clear()
                 if hangup.is_set():
                     hangup.clear()
-                    _reload(sched, owner, reload)
+                    _reload(sched, owner, reload, notifier)
                 _command.stop_cancelled(sched.status)
                 if view is not None:
                     view.refresh()
@@ -90,6 +94,8 @@ def serve(
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         pool.shutdown(wait=False, cancel_futures=True)
+        unlisten()
+        notifier.close()
     log.info("stopped")
     return 0
 
@@ -171,7 +177,12 @@ def declare(sched: DurableScheduler, jobs: list[Job], owner: str) -> None:
     )  # fmt: skip
 
 
-def _reload(sched: DurableScheduler, owner: str, reload: Callable[[], list[Job]] | None) -> None:
+def _reload(
+    sched: DurableScheduler,
+    owner: str,
+    reload: Callable[[], list[Job]] | None,
+    notifier: Notifier,
+) -> None:
     """SIGHUP: the file read and declared again; a file that does not load is logged at
     ERROR and changes nothing."""
     if reload is None:
@@ -186,6 +197,8 @@ def _reload(sched: DurableScheduler, owner: str, reload: Callable[[], list[Job]]
         declare(sched, jobs, owner)
     except StoreError as exc:
         log.error("reload failed, the jobs run on as they were: %s", exc)
+        return
+    notifier.update(jobs)
 
 
 class _View:
