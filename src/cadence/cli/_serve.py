@@ -12,6 +12,7 @@ import hashlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from types import FrameType
@@ -22,8 +23,8 @@ from cadence.cli import _command
 from cadence.cli._jobfile import COMMAND, Job, JobFileError, local_zone
 from cadence.cli._notify import Notifier
 from cadence.cli._secrets import ScrubFilter
-from cadence.cli._subcommands import CliError
-from cadence.durable import DurableScheduler, resolve_path
+from cadence.cli._subcommands import CliError, _line
+from cadence.durable import DurableScheduler, Entry, resolve_path
 from cadence.store import StoreError
 
 log = logging.getLogger("cadence.cli")
@@ -201,41 +202,82 @@ def _reload(
     notifier.update(jobs)
 
 
+ROWS = 30
+"""Jobs the live view draws at most (the first to run next, those running first): its
+cost per refresh is bounded whatever the store holds."""
+REFRESH = 1.0
+"""Seconds between two refreshes of the live view."""
+
+
 class _View:
-    """The live view: a table redrawn in place."""
+    """The live view: a table redrawn in place, at most every :data:`REFRESH` seconds,
+    of at most :data:`ROWS` jobs, by the main thread (never the runs' threads)."""
 
     def __init__(self, sched: DurableScheduler, live: Any, table: Any) -> None:
         self._sched, self._live, self._table = sched, live, table
+        self._drawn = -REFRESH
 
     def refresh(self) -> None:
-        self._live.update(self._render())
+        now = time.monotonic()
+        if now - self._drawn >= REFRESH:
+            self._drawn = now
+            self._live.update(self._render(), refresh=True)
 
     def close(self) -> None:
-        self._live.stop()
+        """Draw the table a last time (what the node ran until it stopped), then stop."""
+        try:
+            self._live.update(self._render(), refresh=True)
+        finally:
+            self._live.stop()
 
     def _render(self) -> Any:
         tz = local_zone()
-        table = self._table(title=f"cadence — {self._sched.store}", expand=True)
+        entries = self._sched.listing(unfinished=True)
+        table = self._table(
+            title=f"cadence — {self._sched.store} — {len(entries)} jobs", expand=True
+        )
         for name in ("job", "status", "next run", "last run", "result"):
             table.add_column(name)
-        failures = []
-        for info, last, unreadable in self._sched.listing():
+
+        def order(entry: Entry) -> tuple[int, float]:
+            info = entry.info
+            running = str(info.status) in ("running", "queued")
+            nxt = info.next_run_time
+            return (0 if running else 1, float("inf") if nxt is None else nxt)
+
+        for info, last, unreadable in sorted(entries, key=order)[:ROWS]:
             nxt = info.next_run_time
             result = last.result if last else "-"
             if unreadable:
                 result += " (its stored row cannot be read here)"
-            if last and last.result != "ok" and last.error:
-                failures.append(f"{info.task_id}: {last.error.splitlines()[0]}")
             table.add_row(
-                str(info.task_id),
+                _line(str(info.task_id)),
                 info.status + (" (paused)" if info.paused else ""),
                 "-" if nxt is None else datetime.fromtimestamp(nxt, tz).strftime("%H:%M:%S"),
                 "-" if not last else datetime.fromtimestamp(last.at, tz).strftime("%H:%M:%S"),
                 result,
             )
-        if failures:
-            table.caption = "latest failures: " + "; ".join(failures[-3:])
+        failed = [e for e in entries if e.last is not None and e.last.result == "failed"]
+        failed.sort(key=lambda e: e.last.finished if e.last else 0, reverse=True)
+        if failed:  # the newest first, each with its error's first line
+            table.caption = "latest failures: " + "; ".join(
+                f"{_line(str(e.info.task_id))}: {_first_line(e.last.error if e.last else '')}"
+                for e in failed[:3]
+            )
         return table
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else "failed"
+
+
+class _QuietRuns(logging.Filter):
+    """Under the live view, a run that went well is in the table: only retries and
+    failures are also printed (a line per run would redraw the view per run)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name != "cadence.runs" or record.levelno >= logging.WARNING
 
 
 def _live(sched: DurableScheduler) -> _View | None:
@@ -251,9 +293,10 @@ def _live(sched: DurableScheduler) -> _View | None:
     console = Console(stderr=True)
     root = logging.getLogger()
     handler = RichHandler(console=console, show_path=False)
+    handler.addFilter(_QuietRuns())
     handler.addFilter(ScrubFilter())
     root.handlers[:] = [handler]
-    live = Live(console=console, refresh_per_second=2, transient=False)
+    live = Live(console=console, auto_refresh=False, transient=False)
     live.start()
     view = _View(sched, live, Table)
     view.refresh()
