@@ -292,3 +292,17 @@ def test_a_hanging_notification_endpoint_delays_no_run(cli: Cli) -> None:
         assert hooks.paths[:1] == ["/hang/start"]
     finally:
         hooks.close()
+
+
+def test_each_output_line_reaches_the_log_with_its_job(cli: Cli) -> None:
+    cli.write(job("talk", "echo one; printf two; echo; echo $CADENCE_TASK_ID >> $OUT"))
+    log = cli.dir / "log"
+    proc = cli.start("--grace", "5s", log=log)
+    cli.wait(lambda: ran(cli) == ["talk"] and "two" in log.read_text(), 60)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    lines = [line for line in log.read_text().splitlines() if "cadence.output" in line]
+    assert [line.split("cadence.output: ")[1] for line in lines] == [
+        "job 'talk': one",
+        "job 'talk': two",
+    ]

@@ -142,6 +142,41 @@ def _failure(how: str, output: str) -> str:
     return f"{how}{last}\noutput:\n{output}"
 
 
+LINE = 1000
+"""Characters of one output line written to the log at most (the rest cut)."""
+
+output_log = logging.getLogger("cadence.output")
+"""Each line a command prints, as it prints it, with its job (as supercronic does)."""
+
+
+class _Lines:
+    """Splits a command's output into lines for :data:`output_log`; a partial line is
+    kept (at most :data:`LINE` characters' worth) until its end arrives."""
+
+    def __init__(self, job: object) -> None:
+        self._job, self._partial = job, b""
+
+    def add(self, chunk: bytes) -> None:
+        if not output_log.isEnabledFor(logging.INFO):
+            return
+        *lines, rest = (self._partial + chunk).split(b"\n")
+        self._partial = rest[: 4 * LINE]
+        for line in lines:
+            self._log(line)
+
+    def close(self) -> None:
+        if self._partial:
+            self._log(self._partial)
+            self._partial = b""
+
+    def _log(self, raw: bytes) -> None:
+        text = raw.decode(errors="replace").rstrip("\r")
+        if len(text) > LINE:
+            text = text[:LINE] + "..."
+        output_log.info("job %r: %s", self._job, text, extra={"job": str(self._job),
+                                                                 "line": text})  # fmt: skip
+
+
 class _Tail:
     """The last :data:`TAIL` characters' worth of a command's output (bytes kept: at
     most 4 x TAIL, UTF-8's widest), appended to in chunks. O(chunk) per append."""
@@ -177,6 +212,7 @@ def _collect(
     deadline = None if timeout is None else start + timeout
     ended: float | None = None  # when the command itself exited
     timed_out = False
+    lines = _Lines(job)
     try:
         while True:
             now = time.monotonic()
@@ -199,7 +235,9 @@ def _collect(
                     proc.wait()
                     return timed_out
                 tail.add(chunk)
+                lines.add(chunk)
     finally:
+        lines.close()
         proc.stdout.close()
 
 

@@ -274,9 +274,12 @@ def _first_line(text: str | None) -> str:
 
 class _QuietRuns(logging.Filter):
     """Under the live view, a run that went well is in the table: only retries and
-    failures are also printed (a line per run would redraw the view per run)."""
+    failures are also printed (a line per run, or per line of a command's output,
+    would redraw the view each time)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "cadence.output":  # the commands' output: in cadence history
+            return False
         return record.name != "cadence.runs" or record.levelno >= logging.WARNING
 
 
