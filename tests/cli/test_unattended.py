@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cli.conftest import Cli, _task
+from tests.helpers import wait_until
 
 EVERY = 'every = "1h"\nstart = "2020-01-01T00:00:00+00:00"\nmisfire = "coalesce"\n'
 
@@ -306,3 +307,32 @@ def test_each_output_line_reaches_the_log_with_its_job(cli: Cli) -> None:
         "job 'talk': one",
         "job 'talk': two",
     ]
+
+
+def test_call_modules_are_found_next_to_the_job_file_and_plan_runs_none(
+    tmp_path: Path,
+) -> None:
+    here = tmp_path / "jobs"
+    here.mkdir()
+    (here / "mytasks.py").write_text(
+        "import pathlib\n"
+        "pathlib.Path(__file__).with_name('imported').touch()  # top-level code\n"
+        "def tidy():  # asks for nothing: gets nothing\n"
+        "    pathlib.Path(__file__).with_name('ran').touch()\n"
+    )
+    (here / "jobs.toml").write_text(f'[[jobs]]\nid = "tidy"\n{EVERY}call = "mytasks:tidy"\n')
+    cadence = str(Path(sys.executable).parent / "cadence")  # the script, not python -m
+    done = subprocess.run([cadence, "plan", str(here / "jobs.toml")], cwd="/",
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (here / "imported").exists()  # plan found the module, ran none of it
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    node = subprocess.Popen(
+        [cadence, "run", str(here / "jobs.toml"), "--store", store, "--live", "no"],
+        cwd="/", stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_until((here / "ran").exists, 60)
+    finally:
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(60) == 0

@@ -6,7 +6,9 @@ and the key, and is a :class:`JobFileError` (the command exits with status 2).
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,9 +122,19 @@ class Job:
         }
 
 
-def load(path: str | Path) -> list[Job]:
-    """Parse and validate a job file. :class:`JobFileError` names file, job and key."""
+def load(path: str | Path, *, imports: bool = True) -> list[Job]:
+    """Parse and validate a job file. :class:`JobFileError` names file, job and key.
+
+    ``call`` modules are looked for in the job file's directory first (it is put at
+    the head of ``sys.path``, as ``python -m cadence`` run from there would), then on
+    the path. With ``imports`` (``run``) each is imported and its function checked
+    against the job's arguments; without (``plan``), a module is only found, never
+    imported: no code of the user's runs.
+    """
     path = Path(path)
+    here = str(path.resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
     try:
         data = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -155,7 +167,7 @@ def load(path: str | Path) -> list[Job]:
         if job_id in seen:
             raise JobFileError(f"{path}: job {job_id!r}: key 'id': used twice in the file")
         seen.add(job_id)
-        loaded.append(_job(path, job_id, _merged(defaults, raw)))
+        loaded.append(_job(path, job_id, _merged(defaults, raw), imports))
     return loaded
 
 
@@ -206,7 +218,7 @@ def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
+def _job(path: Path, job_id: str, raw: dict[str, Any], imports: bool = True) -> Job:
     """One job's keys (over the defaults), validated: its :class:`Job`."""
     where = f"{path}: job {job_id!r}"
 
@@ -230,7 +242,7 @@ def _job(path: Path, job_id: str, raw: dict[str, Any]) -> Job:
     else:
         if "env" in raw or "inherit_env" in raw:
             raise JobFileError(f"{where}: 'env'/'inherit_env' go with 'command', not 'call'")
-        action, args, kwargs = _call(raw, timeout, key)
+        action, args, kwargs = _call(raw, timeout, key, imports)
     max_retries = raw.get("max_retries", 0)
     if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
         raise JobFileError(f"{key('max_retries')}: {max_retries!r} is not an int >= 0")
@@ -274,23 +286,39 @@ def _one_of(raw: dict[str, Any], names: tuple[str, ...], where: str) -> str:
 
 
 def _call(
-    raw: dict[str, Any], timeout: float | None, key: Callable[[str], str]
+    raw: dict[str, Any], timeout: float | None, key: Callable[[str], str], imports: bool
 ) -> tuple[str, list[Any] | None, dict[str, Any] | None]:
     """A ``call`` job's stored action (its import path, checked to import and to take
-    the arguments given), arguments and keyword arguments."""
+    the arguments given, or with ``imports`` false only found), arguments and keyword
+    arguments. The function is called with exactly the ``args`` and ``kwargs`` the job
+    gives (none: no argument), and ``run=`` (a ``cadence.RunContext``) if it declares
+    a keyword-only parameter ``run``."""
     action = raw["call"]
     if not isinstance(action, str) or ":" not in action:
         raise JobFileError(f"{key('call')}: {action!r} is not 'package.module:function'")
+    args = _json(raw.get("args", []), key("args"), list)
+    kwargs = _json(raw.get("kwargs"), key("kwargs"), dict)
+    if timeout is not None:
+        raise JobFileError(f"{key('timeout')}: only a 'command' job can be killed on timeout")
+    module = action.partition(":")[0]
+    if (
+        not imports
+        and module not in sys.modules
+        and (module.partition(".")[0] not in sys.stdlib_module_names)
+    ):  # a module of the user's: found, not run (the standard library's runs nothing new)
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as exc:  # a parent package missing, or broken
+            raise JobFileError(f"{key('call')}: cannot import {action!r}: {exc!r}") from None
+        if found is None:
+            raise JobFileError(f"{key('call')}: cannot import {action!r}: no module {module!r}")
+        return action, args, kwargs
     try:
         function = resolve_path(action)
     except Exception as exc:
         raise JobFileError(f"{key('call')}: cannot import {action!r}: {exc!r}") from None
     if not callable(function):
         raise JobFileError(f"{key('call')}: {action!r} is not callable")
-    args = _json(raw.get("args"), key("args"), list)
-    kwargs = _json(raw.get("kwargs"), key("kwargs"), dict)
-    if timeout is not None:
-        raise JobFileError(f"{key('timeout')}: only a 'command' job can be killed on timeout")
     _check_call(function, args, kwargs, key("call"))
     return action, args, kwargs
 
