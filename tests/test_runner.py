@@ -308,14 +308,15 @@ def test_failed_runs_are_logged_with_their_traceback(
         seen.wait_for(1)
         clock.advance(1)
         seen.wait_for(2)
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert warnings[0].exc_info is not None
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1  # failed for good: ERROR, with the traceback
+    assert errors[0].exc_info is not None
     assert "ValueError: broken task" in caplog.text
-    assert any(
-        r.levelno == logging.INFO and r.message.startswith("task 'bad': run at 1000 retry")
-        for r in caplog.records
-    )
+    [retry] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert retry.message.startswith("task 'bad': run at 1000 retry")
+    assert retry.message.endswith(": ValueError: broken task")  # one line, no traceback
+    assert retry.exc_info is None
+    assert (retry.job, retry.attempt, retry.result) == ("bad", 0, "retry")  # type: ignore[attr-defined]
     assert {r.name for r in caplog.records} <= {"cadence.runs", "cadence.runner"}
 
 

@@ -113,7 +113,15 @@ class Cluster:
         time.sleep(0.2 + 10 * period + 0.05)  # slots 0..9 (ten) pass with nothing running
         first = {row.task_id: row.due for row in self.sched.store.rows()}
         workers = [self.spawn(LEASE="1") for _ in range(2)]
-        time.sleep(1.0)
+
+        def caught_up() -> bool:  # however long the workers take to start (a loaded host)
+            runs = {name: self.sched.history(name, 100) for name in first}
+            return len(runs["catch"]) >= 10 and bool(runs["coalesce"]) and bool(runs["skip"])
+
+        deadline = time.monotonic() + 60
+        while not caught_up():
+            assert time.monotonic() < deadline, f"not caught up in 60 s\n{self.logs()}"
+            time.sleep(0.05)
         for worker in workers:
             worker.terminate()
             worker.wait(10)

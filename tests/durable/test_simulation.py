@@ -121,6 +121,8 @@ class Protocol(RuleBasedStateMachine):
 
     def _started(self, node: Node, task: Held | None) -> None:
         if task is not None:
+            if task.status is Status.QUEUED:  # claimed by _claim_from_store: start it
+                task.engine.start(task)
             slot = task.row.due if not task.row.state["attempt"] else task.row.state["first_at"]
             self.starts[(str(task.task_id), slot, task.row.state["attempt"])] += 1
             node.held.append(task)
