@@ -63,7 +63,8 @@ def test_sigkill_and_restart_lose_no_slot(cli: Cli) -> None:
     first.wait()
     time.sleep(1.0)  # four slots pass with nothing running
     second = cli.start()
-    cli.wait(lambda: len(cli.lines()) >= 12)
+    # a run the killed node had claimed waits out its lease (30 s) before it is taken over
+    cli.wait(lambda: len(cli.lines()) >= 12, 90)
     second.send_signal(signal.SIGTERM)
     assert second.wait(30) == 0
     history = cli.json("history", "tick", "--limit", "1000")
