@@ -67,6 +67,14 @@ def _offset(t: Time, zone: tzinfo) -> timedelta | None:
     return datetime.fromtimestamp(t, zone).utcoffset()
 
 
+MACROS = {
+    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}  # fmt: skip
+"""Cron's (and supercronic's) shorthands, as the five fields they stand for."""
+
+
 class Cron:
     """A cron expression evaluated in the IANA time zone ``tz`` (default ``"UTC"``).
 
@@ -74,6 +82,10 @@ class Cron:
     :meth:`cadence.Scheduler.schedule`. The first run is the first match
     after scheduling; each next run is the first match after the previous
     one (so missed runs are seen, and handled by the task's misfire policy).
+
+    ``expression`` may be one of cron's shorthands (:data:`MACROS`: ``@hourly``,
+    ``@daily``, ...), kept as the fields it stands for; ``@reboot`` is refused (a
+    durable schedule has no reboot: run the command from the service manager).
 
     Raises ``TypeError`` for a non-str ``expression``, ``ValueError`` for an
     expression cronsim rejects or an unknown time zone.
@@ -87,6 +99,13 @@ class Cron:
     def __init__(self, expression: str, tz: str | tzinfo = "UTC") -> None:
         if not isinstance(expression, str):
             raise TypeError(f"expression must be a str, got {expression!r}")
+        if expression.strip() == "@reboot":
+            raise ValueError(
+                "expression '@reboot' has no meaning for a durable schedule (it outlives "
+                "reboots): start the command from the service manager (systemd, the "
+                "container's entry point) instead"
+            )
+        expression = MACROS.get(expression.strip().lower(), expression)
         try:
             CronSim(expression, datetime(2000, 1, 1))
         except CronSimError as exc:

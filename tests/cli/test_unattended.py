@@ -336,3 +336,57 @@ def test_call_modules_are_found_next_to_the_job_file_and_plan_runs_none(
     finally:
         node.send_signal(signal.SIGTERM)
         assert node.wait(60) == 0
+
+
+def test_import_crontab_gives_an_equivalent_job_file(tmp_path: Path) -> None:
+    (tmp_path / "crontab").write_text(
+        "# m h dom mon dow command\n"
+        "SHELL=/bin/bash\n"
+        "MAILTO=ops@example.com\n"
+        'GREETING="hello there"\n'
+        "CRON_TZ=Europe/Berlin\n"
+        "\n"
+        "*/15 * * * * /usr/local/bin/sync --all > /dev/null 2>&1\n"
+        "30 2 * * 1-5 /opt/app/report.sh --since yesterday\n"
+        "0 0,12 1-7 * * sync\n"
+        "@daily backup.sh\n"
+        "@reboot /opt/app/warm-cache\n"
+        "5 4 * * sun echo weekly %cleanup%\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "import-crontab", str(tmp_path / "crontab")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "jobs.toml").write_text(done.stdout)
+    from cadence.cli._jobfile import load
+
+    jobs = {job.id: job for job in load(tmp_path / "jobs.toml")}
+    assert list(jobs) == ["sync", "report.sh", "sync-2", "backup.sh"]
+    assert [str(getattr(j.when, "expression", "")) for j in jobs.values()] == [
+        "*/15 * * * *", "30 2 * * 1-5", "0 0,12 1-7 * *", "0 0 * * *"
+    ]  # fmt: skip
+    assert all(str(j.zone) == "Europe/Berlin" for j in jobs.values())
+    assert jobs["sync"].kwargs == {"env": {"GREETING": "hello there"}}
+    assert jobs["sync"].args == ["/usr/local/bin/sync --all > /dev/null 2>&1", None]
+    for kept in ("@reboot /opt/app/warm-cache", "%cleanup%", "MAILTO=", "SHELL="):
+        assert kept in done.stdout  # said, as a comment: nothing dropped silently
+    bad = subprocess.run(
+        [sys.executable, "-m", "cadence", "plan", str(tmp_path / "jobs.toml"), "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 0, bad.stderr
+
+
+def test_cron_shorthands_and_a_clear_refusal_of_reboot(tmp_path: Path) -> None:
+    from cadence.cron import Cron
+
+    assert Cron("@hourly").expression == "0 * * * *"
+    assert Cron("@weekly").expression == "0 0 * * 0"
+    (tmp_path / "jobs.toml").write_text('[[jobs]]\nid = "r"\ncron = "@reboot"\ncommand = "x"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "plan", str(tmp_path / "jobs.toml")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "'@reboot' has no meaning for a durable schedule" in done.stderr

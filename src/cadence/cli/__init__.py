@@ -32,6 +32,7 @@ from cadence.cli._subcommands import (
     _check,
     _control,
     _history,
+    _import_crontab,
     _plan_command,
     _run,
     _status,
@@ -104,6 +105,10 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("--limit", type=int, default=20)
     history.add_argument("--tz", help="show times in this zone (default: local)")
     history.set_defaults(run=_history)
+
+    crontab = sub.add_parser("import-crontab", help="print the job file equivalent to a crontab")
+    crontab.add_argument("crontab")
+    crontab.set_defaults(run=_import_crontab)
 
     check = sub.add_parser(
         "check", help="exit 0 if every job is healthy, 1 if one failed or is overdue"

@@ -300,3 +300,11 @@ def _grace(schedule: object, due: float) -> float:
 def _line(text: str) -> str:
     """A job id as shown in one-line output: control characters escaped."""
     return text if text.isprintable() else text.encode("unicode_escape").decode()
+
+
+def _import_crontab(args: argparse.Namespace) -> int:
+    """``cadence import-crontab FILE``: the equivalent job file, on stdout."""
+    from cadence.cli._crontab import convert
+
+    sys.stdout.write(convert(args.crontab))
+    return 0
