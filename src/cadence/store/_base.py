@@ -64,7 +64,8 @@ FINISHED_NAMES = sorted(map(str, FINISHED))
 
 
 _PASSWORD = re.compile(
-    r"((?:^|\s)password\s*=\s*|[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?:'[^']*'|[^\s@/]+)(?=@|\s|$)"
+    r"((?:^|\s)password\s*=\s*|(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*+://[^:/@\s]*+:)"
+    r"(?:'[^']*'|[^\s@/]+)(?=@|\s|$)"
 )
 """A password in a URL (``scheme://user:PASSWORD@host``) or a libpq keyword/value
 connection string (``password=PASSWORD``)."""
