@@ -115,7 +115,8 @@ def test_gunicorn_workers_share_one_durable_schedule(tmp_path: pathlib.Path) -> 
         "def app(environ, start_response):\n    start_response('200 OK', [])\n    return [b'ok']\n"
     )
     db = tmp_path / "cadence.db"
-    env = {**os.environ, "CADENCE_DB": str(db), "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "CADENCE_DB": str(db), "PYTHONPATH": str(tmp_path),
+           "CADENCE_PURGE_EVERY": "0.2"}  # fmt: skip
     gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
     server = subprocess.Popen(
         [str(gunicorn), "-w", "3", "-c", "gunicorn_conf.py", "--bind", "127.0.0.1:0", "app:app"],
