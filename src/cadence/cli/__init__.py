@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from cadence.cli._jobfile import JobFileError
-from cadence.cli._secrets import ScrubFilter, hide, scrub
+from cadence.cli._secrets import ScrubFormatter, hide, scrub
 from cadence.cli._subcommands import (
     DEFAULT_STORE,
     CliError,
@@ -148,8 +148,7 @@ def _logging(level: str, form: str) -> None:
     if form == "json":
         handler.setFormatter(_JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(ScrubFilter())
+        handler.setFormatter(ScrubFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -160,7 +159,7 @@ RUN_FIELDS = ("job", "at", "attempt", "result", "duration", "lag", "error", "nod
 command's output), shipped as keys of its JSON object."""
 
 
-class _JsonFormatter(logging.Formatter):
+class _JsonFormatter(ScrubFormatter):
     """One JSON object per line, for log shippers: time, level, logger, message, and
     a run's facts (:data:`RUN_FIELDS`) on the records that have them."""
 
@@ -174,8 +173,6 @@ class _JsonFormatter(logging.Formatter):
         for name in RUN_FIELDS:  # a run's facts, from the runner's records
             if hasattr(record, name):
                 entry[name] = getattr(record, name)
-        if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info)
-        elif record.exc_text:  # rendered (and scrubbed) by ScrubFilter
-            entry["error"] = record.exc_text
-        return json.dumps(entry)
+        if record.exc_info and (trace := self.formatException(record.exc_info)):
+            entry["traceback"] = trace
+        return scrub(json.dumps(entry))

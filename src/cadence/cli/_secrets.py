@@ -2,14 +2,14 @@
 
 The command registers the password of its ``--store`` URL (:func:`hide`) before it
 does anything with it; :func:`scrub` then removes it, and any password in a URL or a
-connection string, from a message; :class:`ScrubFilter` does it to every log record
-(message and traceback) whatever handler formats it.
+connection string, from a message; :class:`ScrubFormatter` does it to every log line
+(message and traceback) the command's handlers write.
 """
 
 from __future__ import annotations
 
 import logging
-import traceback
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from cadence.cli._command import CommandError
@@ -42,18 +42,15 @@ EXPECTED: tuple[type[BaseException], ...] = (CommandError, RunCancelled, GivenBa
 traceback (which would show only cadence's own frames)."""
 
 
-class ScrubFilter(logging.Filter):
-    """Scrubs each record before any handler formats it: its message (arguments
-    merged in), its ``error`` field and its traceback; drops the traceback of a
-    job's own failure (:data:`EXPECTED`)."""
+class ScrubFormatter(logging.Formatter):
+    """A formatter whose output is scrubbed (message, arguments and traceback), and
+    which leaves out the traceback of a job's own failure (:data:`EXPECTED`). It
+    changes what it writes, never the record, which other handlers share."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = scrub(record.getMessage()), None
-        if record.exc_info and isinstance(record.exc_info[1], EXPECTED):
-            record.exc_info = None  # a job's failure, said in one line: no traceback of ours
-        if isinstance(getattr(record, "error", None), str):
-            record.error = scrub(record.error)  # type: ignore[attr-defined]
-        if record.exc_info and record.exc_info[0] is not None:
-            record.exc_text = scrub("".join(traceback.format_exception(*record.exc_info))).rstrip()
-            record.exc_info = None
-        return True
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - the stdlib's name
+        if isinstance(ei[1], EXPECTED):
+            return ""  # (falsy: not cached on the record for other handlers)
+        return scrub(super().formatException(ei))

@@ -22,7 +22,7 @@ from cadence import EventKind, Runner
 from cadence.cli import _command
 from cadence.cli._jobfile import COMMAND, Job, JobFileError, local_zone
 from cadence.cli._notify import Notifier
-from cadence.cli._secrets import ScrubFilter
+from cadence.cli._secrets import ScrubFormatter
 from cadence.cli._subcommands import CliError, _line
 from cadence.durable import DurableScheduler, Entry, resolve_path
 from cadence.store import StoreError
@@ -296,8 +296,8 @@ def _live(sched: DurableScheduler) -> _View | None:
     console = Console(stderr=True)
     root = logging.getLogger()
     handler = RichHandler(console=console, show_path=False)
+    handler.setFormatter(ScrubFormatter("%(message)s"))
     handler.addFilter(_QuietRuns())
-    handler.addFilter(ScrubFilter())
     root.handlers[:] = [handler]
     live = Live(console=console, auto_refresh=False, transient=False)
     live.start()
