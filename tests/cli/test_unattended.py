@@ -390,3 +390,17 @@ def test_cron_shorthands_and_a_clear_refusal_of_reboot(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "'@reboot' has no meaning for a durable schedule" in done.stderr
+
+
+def test_a_command_runs_in_its_cwd(cli: Cli) -> None:
+    where = cli.dir / "work"
+    where.mkdir()
+    cli.write(job("here", "pwd >> $OUT", f'cwd = "{where}"\n')
+              + job("nowhere", "true", f'cwd = "{cli.dir / "missing"}"\n'))  # fmt: skip
+    proc = cli.start()
+    cli.wait(lambda: ran(cli) == [str(where)] and _history(cli, "nowhere") != [], 60)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    [failed] = _history(cli, "nowhere")
+    assert failed["result"] == "failed"
+    assert "cannot start 'true' in" in failed["error"]

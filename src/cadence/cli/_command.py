@@ -58,11 +58,14 @@ def run_command(
     run: RunContext,
     env: dict[str, str] | None = None,
     inherit: bool | list[str] = True,
+    cwd: str | None = None,
 ) -> str:
     """Run ``command`` (argv list, or a string for the shell) for one run; return its tail.
 
     Its environment: the node's (``inherit`` true), only :data:`BASE_ENV`
-    (false), or that and the names listed; then ``env``; then the run's facts.
+    (false), or that and the names listed; then ``env``; then the run's facts. It
+    runs in ``cwd`` (default: the node's working directory); a ``cwd`` that does
+    not exist fails the run, saying so.
 
     The output is read as it comes and only its last :data:`TAIL` characters are
     kept, so memory stays flat whatever the command prints. The run ends when the
@@ -99,9 +102,12 @@ def run_command(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: killed as a whole
+            cwd=cwd,
         )
-    except OSError as exc:  # no such program, not executable: the job's fault, said so
-        raise CommandError(f"cannot start {command[0]!r}: {exc.strerror}") from None
+    except OSError as exc:  # no such program or directory: the job's fault, said so
+        what = command if isinstance(command, str) else command[0]
+        where = "" if cwd is None else f" in {cwd!r}"
+        raise CommandError(f"cannot start {what!r}{where}: {exc.strerror}") from None
     with _lock:
         _running[proc] = run.task_id
     try:

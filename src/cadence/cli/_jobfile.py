@@ -28,7 +28,8 @@ COMMAND = "cadence.cli._command:run_command"
 
 JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
-     "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping"}
+     "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
+     "cwd"}
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call"}
 RETRY_KEYS = frozenset({"base", "cap", "jitter"})
@@ -174,8 +175,10 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
 def _command(
     raw: dict[str, Any], timeout: float | None, key: Callable[[str], str]
 ) -> tuple[str, list[Any], dict[str, Any] | None]:
-    """A ``command`` job's stored action, arguments and keyword arguments (``env`` and
-    ``inherit_env`` only when given: a job stored before them stays as it was)."""
+    """A ``command`` job's stored action, arguments and keyword arguments (``env``,
+    ``inherit_env`` and ``cwd`` only when given: a job stored before them stays as it
+    was). ``cwd`` is kept as written: a relative one is the node's working directory's
+    (each node runs the command where it runs, as cron does)."""
     command = raw["command"]
     if not (isinstance(command, str) and command.strip()) and not (
         isinstance(command, list) and command and all(isinstance(a, str) for a in command)
@@ -199,6 +202,11 @@ def _command(
                 f"{key('inherit_env')}: true, false, or a list of variable names is required"
             )
         kwargs["inherit"] = inherit
+    if "cwd" in raw:
+        cwd = raw["cwd"]
+        if not isinstance(cwd, str) or not cwd:
+            raise JobFileError(f"{key('cwd')}: a directory (a non-empty string) is required")
+        kwargs["cwd"] = cwd
     return COMMAND, [command, timeout], kwargs or None
 
 
@@ -210,7 +218,7 @@ def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     if "at" in raw:
         unfit.add("misfire")
     if "call" in raw:
-        unfit |= {"timeout", "env", "inherit_env"}
+        unfit |= {"timeout", "env", "inherit_env", "cwd"}
     if "command" in raw:
         unfit |= {"args", "kwargs"}
     for name in unfit - set(raw):
@@ -240,8 +248,8 @@ def _job(path: Path, job_id: str, raw: dict[str, Any], imports: bool = True) -> 
             raise JobFileError(f"{where}: 'args'/'kwargs' go with 'call', not 'command'")
         action, args, kwargs = _command(raw, timeout, key)
     else:
-        if "env" in raw or "inherit_env" in raw:
-            raise JobFileError(f"{where}: 'env'/'inherit_env' go with 'command', not 'call'")
+        if "env" in raw or "inherit_env" in raw or "cwd" in raw:
+            raise JobFileError(f"{where}: 'env'/'inherit_env'/'cwd' go with 'command', not 'call'")
         action, args, kwargs = _call(raw, timeout, key, imports)
     max_retries = raw.get("max_retries", 0)
     if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
