@@ -65,10 +65,7 @@ def serve(
     runner = Runner(sched, executor=pool, on_outcome=notifier.outcome)
     unlisten = sched.add_listener(notifier.started, EventKind.RUN_STARTED)
     try:
-        conflicts = _conflicts(sched, jobs, owner)
-        if conflicts:
-            raise CliError(2, "; ".join(conflicts.values()))
-        declare(sched, jobs, owner)
+        declare(sched, jobs, owner, strict=True)
         notifier.update(jobs)
         hangup.clear()  # a reload asked for while loading: what was loaded is the file
         runner.start()
@@ -145,13 +142,17 @@ def _register(sched: DurableScheduler, job: Job, owner: str) -> str:
     return name
 
 
-def declare(sched: DurableScheduler, jobs: list[Job], owner: str) -> None:
+def declare(sched: DurableScheduler, jobs: list[Job], owner: str, *, strict: bool = False) -> None:
     """Make the store hold what the file ``owner`` declares: ``jobs`` added or updated
     (``DurableScheduler.ensure`` with the owner), the file's other jobs removed
     (``DurableScheduler.remove``: cancelled, history kept). Jobs of other files and
-    of the library are not touched; a job of another file is skipped (logged)."""
+    of the library are not touched; a job whose id another owner holds is skipped
+    (logged), or, with ``strict`` (start-up), refused: ``CliError`` (exit 2), before
+    anything is written. One read per job, one listing of the unfinished rows."""
     added = 0
     conflicts = _conflicts(sched, jobs, owner)
+    if strict and conflicts:
+        raise CliError(2, "; ".join(conflicts.values()))
     for problem in conflicts.values():
         log.error("%s; it is not loaded", problem)
     declared = {job.id for job in jobs}
@@ -164,13 +165,13 @@ def declare(sched: DurableScheduler, jobs: list[Job], owner: str) -> None:
         except StoreError as exc:  # its stored row cannot be read: the other jobs still run
             log.error("job %r not loaded, its stored row left as it is: %s", job.id, exc)
     removed = []
-    for entry in sched.listing(unfinished=True):
-        task_id = str(entry.info.task_id)
-        if task_id in declared:
-            continue
-        stored = sched.owner_of(task_id)
-        if stored is not None and stored[0] == owner and sched.remove(task_id):
-            removed.append(task_id)
+    for row, _ in sched.store.page(unfinished=True):  # owners are in the rows: no read each
+        if (
+            row.task_id not in declared
+            and row.spec.get("owner") == owner
+            and sched.remove(row.task_id)
+        ):
+            removed.append(row.task_id)
     log.info(
         "%d jobs loaded into %s (%d new or changed, %d removed%s)",
         len(jobs), sched.store, added, len(removed),

@@ -465,7 +465,7 @@ class DurableScheduler(Scheduler):
         errors are :meth:`schedule`'s. One transaction.
 
         ``owner`` names who declares the task (``cadence run`` gives its job
-        file's path): it is stored with the task (:meth:`owner_of`), and a
+        file's path): it is stored with the task (``spec["owner"]`` of its row), and a
         finished task of a declaring owner comes back, as a new task, when its
         declaration changed (a job cancelled, or :meth:`remove`\ d, then edited
         or declared again); with the same declaration it stays finished.
@@ -522,15 +522,6 @@ class DurableScheduler(Scheduler):
             if self._listeners:
                 self._emit(Event(EventKind.TASK_REMOVED, task_id))
         return removed
-
-    def owner_of(self, task_id: Hashable) -> tuple[str | None, bool] | None:
-        r"""Who declared a stored task (the ``owner`` given to :meth:`ensure`, ``None``
-        for one scheduled otherwise) and whether it was :meth:`remove`\ d; ``None`` for
-        an unknown id. One read."""
-        row = self._store.get(task_id) if isinstance(task_id, str) else None
-        if row is None:
-            return None
-        return row.spec.get("owner"), bool(row.spec.get("removed"))
 
     def _row(
         self,
