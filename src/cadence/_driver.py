@@ -35,7 +35,7 @@ from ._engine import Task
 from ._events import Event, EventKind
 from ._scheduler import Scheduler, fatal
 from ._stats import Stats, StatsSnapshot
-from ._types import Result, RunOutcome, Time, epoch_shown
+from ._types import Result, RunCancelled, RunOutcome, Time, epoch_shown
 from ._validate import time_from
 
 logger = logging.getLogger("cadence.runner")
@@ -301,7 +301,7 @@ class Driver:
             inside = self._is_inside()
             self._inside.active = True
             try:
-                self._report(outcome, finished)
+                self._report(outcome, finished - started)
             finally:
                 self._inside.active = inside
                 self._finished(was_running=True)
@@ -350,15 +350,21 @@ class Driver:
         """A time for the log: ISO 8601 UTC on an epoch clock, else the number."""
         return epoch_shown(t) if self._scheduler.epoch else repr(t)
 
-    def _report(self, outcome: RunOutcome, finished: Time) -> None:
+    def _report(self, outcome: RunOutcome, took: Time) -> None:
         """Count and log one outcome, stop on a fatal error, then call ``on_outcome``.
+
+        ``took`` is how long the action ran, both ends read from this
+        runner's clock: a durable scheduler shifts ``outcome.started`` onto
+        its store's clock, so ``outcome`` alone cannot say it.
 
         The log line (logger ``cadence.runs``) names the task, the run's time
         (wall-clock time on an epoch clock), the result, the attempt, how
         long it ran and its lag, and the error's first line: INFO for ``ok``,
         WARNING for a ``retry``, ERROR with the traceback for ``failed`` (for
-        good). The record carries them as fields too (``job``, ``at``,
-        ``attempt``, ``result``, ``duration``, ``lag``, ``error``, ``node``),
+        good), INFO as ``cancelled`` for a run stopped because its task was
+        cancelled (:class:`~cadence.RunCancelled`). The record carries them as
+        fields too (``job``, ``at``, ``attempt``, ``result``, ``duration``,
+        ``lag``, ``error``, ``node``),
         for a formatter that ships them (``cadence --log-format json``).
         ``on_outcome``'s exceptions (any ``Exception``) are logged and change
         nothing; a fatal one stops the runner like a fatal action error.
@@ -366,28 +372,29 @@ class Driver:
         self._stats.record(outcome)
         error = outcome.error
         result = outcome.result
+        cancelled = isinstance(error, RunCancelled)  # someone asked for it: no alert
         level = (
-            logging.ERROR if result is Result.FAILED
+            logging.ERROR if result is Result.FAILED and not cancelled
             else logging.WARNING if result is Result.RETRY
             else logging.INFO
         )  # fmt: skip
         if runs_logger.isEnabledFor(level):
-            took = max(0.0, finished - outcome.started)  # never negative (two clocks' noise)
             summary = None if error is None else _one_line(error)
+            shown = "cancelled" if cancelled else str(result)
             runs_logger.log(
                 level,
                 "task %r: run at %s %s (attempt %d) in %s, lag %s%s",
                 outcome.task_id,
                 self._time_shown(outcome.at),
-                result,
+                shown,
                 outcome.attempt,
                 _seconds(took),
                 _seconds(outcome.lag),
                 "" if summary is None else f": {summary}",
-                exc_info=error if result is Result.FAILED else None,
+                exc_info=error if level == logging.ERROR else None,
                 extra={
                     "job": str(outcome.task_id), "at": outcome.at, "attempt": outcome.attempt,
-                    "result": str(result), "duration": took, "lag": outcome.lag,
+                    "result": shown, "duration": took, "lag": outcome.lag,
                     "error": summary, "node": getattr(self._scheduler, "node", None),
                 },
             )  # fmt: skip

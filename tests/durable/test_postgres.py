@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -344,3 +345,47 @@ def test_a_node_whose_wall_clock_steps_after_it_connected_keeps_the_servers_time
     assert time.monotonic() - began < 8
     assert str(node.pid) in (nodes.sched.history("soon")[0].owner or "")
     assert "later" not in {key.split("@")[0] for key in nodes.starts()}
+
+
+def test_the_servers_time_never_goes_back_when_it_is_measured_again(
+    pg_dsn: str, pg_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new measure of the offset (every REMEASURE s, and on each new connection)
+    is half a round trip off either way; one whose reply was slow read the server's
+    time as earlier than the last reading, and a run that ended after it started
+    was logged "in -0.028s". Here the reply of the second measure is 60 ms slow."""
+    import cadence.store._postgres as module
+    from cadence.store import PostgresStore
+
+    slow = {"next": False}
+    real = time.monotonic
+
+    def monotonic() -> float:
+        # the reading taken right after the measure's query comes back 60 ms late
+        if slow["next"]:
+            slow["next"] = False
+            return real() + 0.06
+        return real()
+
+    store = PostgresStore(pg_dsn, prefix=pg_prefix)
+    try:
+        before = store.now()
+        assert before is not None
+        monkeypatch.setattr(module, "REMEASURE", 0.0)
+        monkeypatch.setattr(time, "monotonic", monotonic)  # the module's clock
+
+        def execute(real_execute: Any) -> Any:
+            def slow_reply(*args: Any, **kwargs: Any) -> Any:
+                cursor = real_execute(*args, **kwargs)
+                slow["next"] = True  # the next monotonic() is `after`
+                return cursor
+
+            return slow_reply
+
+        db = store._db()
+        monkeypatch.setattr(db, "execute", execute(db.execute))
+        after = store.now()
+        assert after is not None
+        assert after >= before
+    finally:
+        store.close()

@@ -20,6 +20,7 @@ remains the safety net.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -218,6 +219,8 @@ class PostgresStore(StoreBase):
         self._create = create
         self._offset = 0.0  # the server's epoch time minus our monotonic time
         self._measured = -float("inf")  # when (monotonic) it was last measured
+        self._latest = -float("inf")  # the latest time now() gave: it never goes back
+        self._latest_lock = threading.Lock()
         self._listener: psycopg.Connection[Any] | None = None
         self._notified = 0
         self._channel = f"{prefix}due"
@@ -363,7 +366,13 @@ class PostgresStore(StoreBase):
 
     def now(self) -> Time | None:
         """The server's time (our monotonic clock plus its measured offset from the
-        server's, see :meth:`_measure_offset`), or ``None`` with ``clock="caller"``."""
+        server's, see :meth:`_measure_offset`), or ``None`` with ``clock="caller"``.
+
+        Never earlier than a time it gave before, on any thread: a new
+        measure (each new connection takes one, half a round trip's noise)
+        moves the offset by milliseconds either way, and a run's end read
+        before its start would give it a negative duration. O(1).
+        """
         if self._clock == "caller":
             return None
         db = self._db()  # measures the offset on first use
@@ -372,7 +381,9 @@ class PostgresStore(StoreBase):
                 self._measure_offset(db)
             except psycopg.Error:  # the last measure stands; the next use reconnects
                 self._drop_current()
-        return time.monotonic() + self._offset
+        with self._latest_lock:
+            self._latest = latest = max(self._latest, time.monotonic() + self._offset)
+        return latest
 
     # -- writes ----------------------------------------------------------
 
