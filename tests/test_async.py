@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cadence import AsyncRunner, ManualClock, Result, RunOutcome, Scheduler, Status
+from cadence import AsyncRunner, ManualClock, Result, RunCancelled, RunOutcome, Scheduler, Status
 from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0
@@ -150,6 +150,67 @@ def test_exit_awaits_runs_then_cancels_them_after_the_timeout() -> None:
         assert sched.status("forever") is Status.FAILED
 
     run(main)
+
+
+class Forever:
+    """A coroutine action that waits until cancelled, noting that it cleaned up.
+    Module-level (``tests.test_async:FOREVER``), so a durable store can name it."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Anew, for a test's loop."""
+        self.started = asyncio.Event()
+        self.cleaned: list[str] = []
+
+    async def __call__(self, at: Any) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.cleaned.append("cleaned up")
+
+
+FOREVER = Forever()
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "durable"])
+def test_cancelling_a_task_cancels_its_running_coroutine_and_alerts_nobody(
+    durable: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coroutine of a cancelled task kept running, then was cancelled at
+    shutdown and logged at ERROR as a failure (an alert for a run someone stopped)."""
+    FOREVER.reset()
+    clock = ManualClock(0)
+    sched: Scheduler
+    if durable:
+        from cadence import DurableScheduler
+        from cadence.store import MemoryStore
+
+        sched = DurableScheduler(MemoryStore(), clock=clock)
+    else:
+        sched = Scheduler(clock=clock)
+    seen = AsyncCollector()
+
+    async def main() -> None:
+        async with AsyncRunner(sched, on_outcome=seen, shutdown_timeout=TIMEOUT):
+            action: Any = "tests.test_async:FOREVER" if durable else FOREVER
+            sched.schedule_once("long", 0, action)
+            await asyncio.wait_for(FOREVER.started.wait(), TIMEOUT)
+            assert sched.cancel("long")
+            [outcome] = await seen.wait_for_async(1)  # before the runner stops
+        assert outcome.result is Result.FAILED
+        assert isinstance(outcome.error, RunCancelled)
+        assert FOREVER.cleaned == ["cleaned up"]
+        assert sched.status("long") is Status.CANCELLED
+
+    with caplog.at_level("INFO", logger="cadence"):
+        run(main)
+    runs = [r for r in caplog.records if r.name == "cadence.runs"]
+    assert [r.levelname for r in runs] == ["INFO"]
+    assert " cancelled (attempt 0)" in runs[0].getMessage()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
 def test_plain_actions_run_off_the_loop_with_an_executor() -> None:

@@ -22,7 +22,7 @@ from ._clock import ManualClock
 from ._events import Event, EventKind
 from ._scheduler import Scheduler
 from ._stats import Stats, StatsSnapshot
-from ._types import Result, RunOutcome, Status, TaskInfo
+from ._types import Result, RunCancelled, RunOutcome, Status, TaskInfo
 from .misfire import Misfire
 from .retry import Backoff, NoRetry, RetryPolicy
 from .schedules import Cursor, FixedDelay, FixedRate, Once, Schedule
@@ -67,6 +67,7 @@ __all__ = [
     "Once",
     "Result",
     "RetryPolicy",
+    "RunCancelled",
     "RunContext",
     "RunOutcome",
     "Runner",

@@ -13,8 +13,9 @@ from typing import Any
 
 from ._driver import CLOCK_RETRY, Driver, OnOutcome, logger
 from ._engine import Task
+from ._events import Event, EventKind
 from ._scheduler import Scheduler
-from ._types import RunOutcome, Time
+from ._types import RunCancelled, RunOutcome, Status, Time
 
 CANCEL_GRACE = 1.0
 """Real seconds a coroutine cancelled at shutdown has to unwind; one that
@@ -36,7 +37,12 @@ class AsyncRunner(Driver):
     ``queued`` until a worker starts it). An action that returns an awaitable
     (an ``async def`` action) is awaited as its own asyncio task, so a slow
     coroutine delays no other task; its exception is the run's failure, with
-    retries as usual. A fixed-rate task never overlaps itself.
+    retries as usual. A fixed-rate task never overlaps itself. A task
+    cancelled (``cancel()`` on this scheduler) while its coroutine runs has
+    that coroutine cancelled: ``CancelledError`` is raised at its next
+    ``await`` (it may clean up, as asyncio's cancellation always allows), and
+    its run ends in :class:`~cadence.RunCancelled`, logged at INFO, not as a
+    failure. A plain action on a thread cannot be stopped: it runs to its end.
 
     ``on_outcome(outcome)`` is called on the loop's thread, once per run
     (also for runs that ran on a worker, and on a durable scheduler, whose
@@ -123,6 +129,9 @@ class AsyncRunner(Driver):
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))
+        self._unsubscribe.append(
+            self._scheduler.add_listener(self._on_cancelled, EventKind.TASK_REMOVED)
+        )
         if self._virtual:
             self._unsubscribe.append(self._clock.on_change(self._wake))  # type: ignore[attr-defined]
         self._wake()
@@ -210,6 +219,24 @@ class AsyncRunner(Driver):
         self._abandoned.add(run)
         self._complete(task, asyncio.CancelledError("abandoned at shutdown"), self._now())
 
+    def _on_cancelled(self, event: Event) -> None:
+        """A task was cancelled (on any thread): cancel its coroutine, on the loop."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop runs nothing more
+                loop.call_soon_threadsafe(self._cancel_runs_of, event.task_id)
+
+    def _cancel_runs_of(self, task_id: object) -> None:
+        """Cancel the coroutine runs of ``task_id`` if it is still cancelled (not
+        scheduled again meanwhile). O(runs in progress)."""
+        if self._scheduler.status(task_id) is not Status.CANCELLED:
+            return
+        for run in self._runs:
+            task = getattr(run, "cadence_task", None)
+            if isinstance(run, asyncio.Task) and task is not None and task.task_id == task_id:
+                run.cadence_cancelled = True  # type: ignore[attr-defined]
+                run.cancel()
+
     # -- waking ------------------------------------------------------------
 
     def _on_new_head(self, head: Time) -> None:
@@ -292,6 +319,9 @@ class AsyncRunner(Driver):
         except BaseException as exc:  # the run's failure; reported (fatal: stops the runner)
             error = exc
         current = asyncio.current_task()
+        stopped = getattr(current, "cadence_cancelled", False)  # set by _cancel_runs_of
+        if stopped and isinstance(error, asyncio.CancelledError):
+            error = RunCancelled(f"task {task.task_id!r} was cancelled while its coroutine ran")
         if current in self._abandoned:  # reported already, when it was abandoned
             self._abandoned.discard(current)
             return

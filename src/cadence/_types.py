@@ -93,6 +93,17 @@ class RunOutcome(NamedTuple):
         return datetime.fromtimestamp(self.started, tz)
 
 
+class RunCancelled(Exception):  # noqa: N818 - it names what happened to the run
+    """The error of a run that was stopped because its task was cancelled while it
+    ran: an ``async def`` action under :class:`~cadence.AsyncRunner` (its coroutine
+    is cancelled), a command under ``cadence run`` (its process group is ended).
+
+    The run is reported ``failed``, as a cancelled task's failing run always
+    is, but logged at INFO as ``cancelled`` (nobody is alerted: someone asked
+    for it), and a durable store's history records it as ``cancelled``.
+    """
+
+
 FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
 """The final statuses: a task in one is *finished* (the one definition; stores and the
 command use it, the SQL stores through :func:`sql_set`)."""

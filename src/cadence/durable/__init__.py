@@ -9,14 +9,16 @@ the file, and each slot's run is recorded once. See ``docs/durability.md``.
 stored form that a job file's loader checks before anything is stored.
 """
 
+from cadence._types import RunCancelled
+
 from ._codec import json_value, resolve_path
-from ._rows import RunCancelled
 from ._scheduler import (
     DurableScheduler,
     Entry,
     GivenBack,
     LeaseExpired,
     StoredError,
+    zone_of,
 )
 
 __all__ = [
@@ -28,4 +30,5 @@ __all__ = [
     "StoredError",
     "json_value",
     "resolve_path",
+    "zone_of",
 ]

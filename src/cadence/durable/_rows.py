@@ -18,7 +18,7 @@ from typing import Any
 
 from cadence._engine import Engine, Task
 from cadence._policy import Plan
-from cadence._types import Action, RunOutcome, Status, Time
+from cadence._types import Action, RunCancelled, RunOutcome, Status, Time
 from cadence.store import OutcomeRow, TaskRow
 
 from . import _codec
@@ -138,13 +138,6 @@ def slot_of(row: TaskRow) -> Time:
     """The slot of a row's current run: its idempotency key is ``f"{task_id}@{slot!r}"``."""
     slot: Time = row.due if not row.state["attempt"] else row.state["first_at"]
     return slot
-
-
-class RunCancelled(Exception):  # noqa: N818 - it names what happened to the run
-    """Raised by an action that stopped because its task was cancelled while it ran
-    (``cadence run`` ends a cancelled job's command with it). The run is reported
-    ``failed``, as a cancelled task's failing run always is, and recorded in the
-    store's history as ``cancelled``."""
 
 
 def outcome_row(row: TaskRow, outcome: RunOutcome, finished: Time) -> OutcomeRow:
