@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -404,3 +405,66 @@ def test_a_command_runs_in_its_cwd(cli: Cli) -> None:
     [failed] = _history(cli, "nowhere")
     assert failed["result"] == "failed"
     assert "cannot start 'true' in" in failed["error"]
+
+
+def test_status_and_history_show_times_in_the_jobs_zone_and_when_it_ran(cli: Cli) -> None:
+    """``[defaults] tz`` reached ``plan`` only: ``status`` showed UTC, and the slot
+    of the last run where a reader looks for when it ran."""
+    slot = (datetime.now(UTC) - timedelta(minutes=10)).replace(microsecond=0)  # late
+    cli.write(
+        '[defaults]\ntz = "Asia/Kolkata"\n\n'  # +05:30 all year
+        f'[[jobs]]\nid = "late"\nat = "{slot.isoformat()}"\ncommand = "true"\n'
+        f'[[jobs]]\nid = "hourly"\n{EVERY}command = "true"\n'
+    )
+    proc = cli.start()
+    cli.wait(lambda: _history(cli, "late") != [], 30)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    rows = {line.split()[0]: line for line in cli("status").stdout.splitlines()[1:]}
+    assert "+05:30" in rows["hourly"].split()[2]  # its next run, in its zone
+    shown = datetime.fromisoformat(rows["late"].split("(")[1].rstrip(")"))
+    assert shown.utcoffset() == timedelta(hours=5, minutes=30)
+    assert abs((shown - datetime.now(UTC)).total_seconds()) < 60  # when it ran, not its slot
+    [line, *_] = cli("history", "late").stdout.splitlines()
+    at, result = line.split()[:2]
+    assert datetime.fromisoformat(at) == slot
+    assert at.endswith("+05:30")
+    assert result == "ok"
+    assert "started " in line
+    assert "+05:30" in line.split("started ")[1]
+    utc = cli("status", "--tz", "UTC").stdout
+    assert "+05:30" not in utc
+    assert "+00:00" in utc
+
+
+def _memory(pid: int, field: str) -> int:
+    """A ``/proc/PID/status`` memory figure, in bytes (``VmRSS``, ``VmHWM``: the peak)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_a_loud_command_leaves_the_nodes_memory_flat(cli: Cli) -> None:
+    """A job printing 400 MB took ``cadence run`` to 1,132 MiB to keep a 2,000-character
+    tail. Here 40 MB in lines of 1,000 characters, each also logged: the node's peak
+    memory stays within 30 MiB of what it was before the job printed."""
+    marker = cli.dir / "go"
+    command = (
+        f"while [ ! -e {marker} ]; do sleep 0.05; done; "
+        "head -c 40000000 /dev/zero | tr '\\\\0' x | fold -w 1000; echo; echo last line"
+    )
+    cli.write(job("loud", command))
+    proc = cli.start(log=cli.dir / "node.log")
+    cli.wait(lambda: _task(cli, "loud").get("status") == "running", 30)
+    before = _memory(proc.pid, "VmRSS")
+    marker.touch()
+    cli.wait(lambda: _history(cli, "loud") != [], 120)
+    peak = _memory(proc.pid, "VmHWM")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    [record] = _history(cli, "loud")
+    assert record["result"] == "ok"
+    assert record["output"].rstrip().endswith("last line")
+    assert len(record["output"]) <= 2000 + len("...")  # the tail, its cut marked
+    assert peak - before < 30 * 2**20, (before / 2**20, peak / 2**20)

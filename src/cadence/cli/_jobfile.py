@@ -112,6 +112,13 @@ class Job:
     on_failure: str | list[str] | None = None
     ping: str | None = None
 
+    @property
+    def zone_name(self) -> str | None:
+        """The IANA name of :attr:`zone` (its ``tz``, or ``[defaults] tz``), or ``None``
+        when it is this machine's zone, which has no name to store."""
+        key = getattr(self.zone, "key", None)
+        return key if isinstance(key, str) else None
+
     def options(self) -> dict[str, Any]:
         """Keyword arguments for ``DurableScheduler.ensure``/``Scheduler.schedule``."""
         return {

@@ -14,16 +14,16 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, tzinfo
 from types import FrameType
 from typing import Any
 
 from cadence import EventKind, Runner
 from cadence.cli import _command
-from cadence.cli._jobfile import COMMAND, Job, JobFileError, local_zone
+from cadence.cli._jobfile import COMMAND, Job, JobFileError
 from cadence.cli._notify import Notifier
 from cadence.cli._secrets import ScrubFormatter
-from cadence.cli._subcommands import CliError, _line
+from cadence.cli._subcommands import CliError, _line, job_zone, ran_at
 from cadence.durable import DurableScheduler, Entry, resolve_path
 from cadence.store import StoreError
 
@@ -161,7 +161,9 @@ def declare(sched: DurableScheduler, jobs: list[Job], owner: str, *, strict: boo
             continue
         try:
             name = _register(sched, job, owner)
-            added += sched.ensure(job.id, job.when, name, owner=owner, **job.options())
+            added += sched.ensure(
+                job.id, job.when, name, owner=owner, zone=job.zone_name, **job.options()
+            )
         except StoreError as exc:  # its stored row cannot be read: the other jobs still run
             log.error("job %r not loaded, its stored row left as it is: %s", job.id, exc)
     removed = []
@@ -232,7 +234,6 @@ class _View:
             self._live.stop()
 
     def _render(self) -> Any:
-        tz = local_zone()
         entries = self._sched.listing(unfinished=True)
         table = self._table(
             title=f"cadence — {self._sched.store} — {len(entries)} jobs", expand=True
@@ -246,7 +247,8 @@ class _View:
             nxt = info.next_run_time
             return (0 if running else 1, float("inf") if nxt is None else nxt)
 
-        for info, last, unreadable in sorted(entries, key=order)[:ROWS]:
+        for info, last, unreadable, zone_name in sorted(entries, key=order)[:ROWS]:
+            tz = job_zone(zone_name)
             nxt = info.next_run_time
             result = last.result if last else "-"
             if unreadable:
@@ -254,8 +256,8 @@ class _View:
             table.add_row(
                 _line(str(info.task_id)),
                 info.status + (" (paused)" if info.paused else ""),
-                "-" if nxt is None else datetime.fromtimestamp(nxt, tz).strftime("%H:%M:%S"),
-                "-" if not last else datetime.fromtimestamp(last.at, tz).strftime("%H:%M:%S"),
+                "-" if nxt is None else _clock_time(nxt, tz),
+                "-" if not last else _clock_time(ran_at(last), tz),
                 result,
             )
         failed = [e for e in entries if e.last is not None and e.last.result == "failed"]
@@ -266,6 +268,11 @@ class _View:
                 for e in failed[:3]
             )
         return table
+
+
+def _clock_time(at: float, tz: tzinfo) -> str:
+    """A time of day for the live view, in the job's zone with its offset."""
+    return datetime.fromtimestamp(at, tz).strftime("%H:%M:%S%z")
 
 
 def _first_line(text: str | None) -> str:

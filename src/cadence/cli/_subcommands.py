@@ -13,8 +13,8 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cadence.cli._jobfile import duration, instant, load, local_zone, zone
-from cadence.store import StoreError, open_store, redacted
+from cadence.cli._jobfile import JobFileError, duration, instant, load, local_zone, zone
+from cadence.store import OutcomeRow, StoreError, open_store, redacted
 
 if TYPE_CHECKING:
     from cadence.durable import DurableScheduler, Entry
@@ -44,8 +44,28 @@ def _scheduler(url: str, *, create: bool = False) -> Any:
         raise CliError(2, f"--store {redacted(url)}: {exc}") from None
 
 
-def _zone(name: str | None) -> tzinfo:
-    return local_zone() if name is None else zone(name, "--tz")
+def _zone(name: str | None) -> tzinfo | None:
+    """``--tz``: the zone every time is shown in, or ``None`` (each job's own)."""
+    return None if name is None else zone(name, "--tz")
+
+
+def job_zone(name: str | None, override: tzinfo | None = None) -> tzinfo:
+    """The zone a job's times are shown in, the one rule for human output: ``--tz``
+    if given, else the job's zone (its ``tz`` or ``[defaults] tz``, stored with it),
+    else this machine's. A stored name this machine does not know: its own zone."""
+    if override is not None:
+        return override
+    if name is not None:
+        try:
+            return zone(name, "zone")
+        except JobFileError:
+            pass
+    return local_zone()
+
+
+def ran_at(last: OutcomeRow) -> float:
+    """When a recorded run ran (it started; its slot if it never did)."""
+    return last.at if last.started is None else last.started
 
 
 def _time(at: float | None, tz: tzinfo) -> str:
@@ -118,30 +138,39 @@ def _run(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     sched = _scheduler(args.store)
-    tz = _zone(args.tz)
-    entries: list[dict[str, Any]] = []
-    for info, latest, unreadable in _listing(sched):
-        entries.append({
-            "id": info.task_id,
-            "status": info.status,
-            "paused": info.paused,
-            "next": info.next_run_time,
-            "last": latest.result if latest else None,
-            "last_at": latest.at if latest else None,
-            "unreadable": unreadable,
-        })  # fmt: skip
+    entries = [status_entry(entry) for entry in _listing(sched)]
     if args.json:
         print(json.dumps(entries))
         return 0
-    print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':30} LAST")
+    override = _zone(args.tz)
+    print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':30} LAST RUN")
     for e in entries:
+        tz = job_zone(e["zone"], override)
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
-        notes = [] if e["last"] is None else [f"{e['last']} ({_time(e['last_at'], tz)})"]
+        notes = [] if e["last"] is None else [f"{e['last']} ({_time(e['last_started'], tz)})"]
         if e["unreadable"]:
             notes.append(f"cannot be read here: {e['unreadable']}")
         last = "; ".join(notes) or "-"
         print(f"{e['id']:24} {status:10} {_time(e['next'], tz):30} {last}")
     return 0
+
+
+def status_entry(entry: Entry) -> dict[str, Any]:
+    """One task as ``cadence status --json`` (and the web API) shows it: the pinned
+    ``id``, ``status``, ``paused``, ``next``, then ``last`` (result), ``last_at``
+    (its run's slot), ``last_started`` (when it ran), ``unreadable`` and ``zone``."""
+    info, latest, unreadable, zone_name = entry
+    return {
+        "id": info.task_id,
+        "status": info.status,
+        "paused": info.paused,
+        "next": info.next_run_time,
+        "last": latest.result if latest else None,
+        "last_at": latest.at if latest else None,
+        "last_started": ran_at(latest) if latest else None,
+        "unreadable": unreadable,
+        "zone": zone_name,
+    }
 
 
 PAGE = 10_000
@@ -174,11 +203,17 @@ def _history(args: argparse.Namespace) -> int:
             for o in outcomes
         ]))  # fmt: skip
         return 0
-    tz = _zone(args.tz)
+    from cadence.durable import zone_of
+
+    row = sched.store.get(args.id)
+    tz = job_zone(None if row is None else zone_of(row), _zone(args.tz))
     for o in outcomes:
-        took = "" if o.started is None else f" in {o.finished - o.started:.2f}s"
+        took = (
+            "" if o.started is None
+            else f", started {_time(o.started, tz)}, took {o.finished - o.started:.2f}s"
+        )  # fmt: skip
         skipped = f", {o.skipped} skipped before" if o.skipped else ""
-        print(f"{_time(o.at, tz)}  {o.result:6} attempt {o.attempt}{took}{skipped}")
+        print(f"{_time(o.at, tz)}  {o.result:9} attempt {o.attempt}{took}{skipped}")
         for text in (o.error, o.value):
             if text:
                 for line in text.strip().splitlines()[-10:]:
@@ -231,10 +266,10 @@ def _check(args: argparse.Namespace) -> int:
     now = time.time() if own is None else own
     problems = []
     try:
-        for info, last, unreadable in _listing(sched):
-            problem = _problem(sched, info, last, unreadable, now)
+        for entry in _listing(sched):
+            problem = _problem(sched, entry, now)
             if problem is not None:
-                problems.append({"id": str(info.task_id), "problem": problem[0],
+                problems.append({"id": str(entry.info.task_id), "problem": problem[0],
                                  "detail": problem[1]})  # fmt: skip
     except StoreError as exc:
         raise CliError(2, f"--store {redacted(args.store)}: {exc}") from None
@@ -248,15 +283,15 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _problem(
-    sched: DurableScheduler, info: Any, last: Any, unreadable: str | None, now: float
-) -> tuple[str, str] | None:
+def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, str] | None:
     """``(problem, detail)`` for an unhealthy job, or ``None``: its last run failed for
     good, or its run is overdue past :func:`_grace` (no node is running it)."""
-    tz = local_zone()
+    info, last, unreadable, zone_name = entry
+    tz = job_zone(zone_name)
     if last is not None and last.result == "failed":
         error = (last.error or "failed").strip().splitlines()
-        return "failed", f"its run at {_time(last.at, tz)} failed: {error[0] if error else ''}"
+        first = error[0] if error else ""
+        return "failed", f"its run at {_time(ran_at(last), tz)} failed: {first}"
     status = str(info.status)
     if status in ("done", "failed", "cancelled") or info.paused:
         return None

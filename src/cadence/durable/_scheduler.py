@@ -451,6 +451,7 @@ class DurableScheduler(Scheduler):
         misfire: Misfire | None = None,
         priority: int = 0,
         owner: str | None = None,
+        zone: str | None = None,
     ) -> bool:
         r"""Make sure a task exists as declared: for tasks declared at every start-up.
 
@@ -469,13 +470,18 @@ class DurableScheduler(Scheduler):
         finished task of a declaring owner comes back, as a new task, when its
         declaration changed (a job cancelled, or :meth:`remove`\ d, then edited
         or declared again); with the same declaration it stays finished.
+
+        ``zone`` (an IANA name, ``"Europe/Berlin"``) is the zone the task's
+        times are shown in by the command and the dashboard (``spec["zone"]``,
+        :attr:`Entry.zone`); it changes nothing about when the task runs.
         """
         row = self._row(task_id, when, action, args, kwargs, max_retries, retry, retry_on,
                         misfire, priority)  # fmt: skip
-        if owner is not None:
-            if not isinstance(owner, str) or not owner:
-                raise TypeError(f"owner must be a non-empty str or None, got {owner!r}")
-            row.spec["owner"] = owner
+        for name, value in (("owner", owner), ("zone", zone)):
+            if value is not None:
+                if not isinstance(value, str) or not value:
+                    raise TypeError(f"{name} must be a non-empty str or None, got {value!r}")
+                row.spec[name] = value
 
         def ensure(old: TaskRow | None) -> Change[bool]:
             if old is None:
@@ -704,7 +710,7 @@ class DurableScheduler(Scheduler):
         if after is not None and not isinstance(after, str):
             raise TypeError(f"after must be a task id (str) or None, got {after!r}")
         return [
-            Entry(self._info(row, last), last, row.unreadable)
+            Entry(self._info(row, last), last, row.unreadable, zone_of(row))
             for row, last in self._store.page(after, limit, unfinished=unfinished)
         ]
 
@@ -1509,6 +1515,14 @@ class Entry(NamedTuple):
     """Its latest recorded run (finished tasks keep theirs), or ``None``."""
     unreadable: str | None
     """Why this process cannot read its stored row, or ``None``."""
+    zone: str | None = None
+    """The zone its times are shown in (``ensure(..., zone=)``), or ``None``."""
+
+
+def zone_of(row: TaskRow) -> str | None:
+    """The zone name stored with a task (``ensure(..., zone=)``), or ``None``. O(1)."""
+    zone = row.spec.get("zone") if isinstance(row.spec, dict) else None
+    return zone if isinstance(zone, str) else None
 
 
 class _Completion(NamedTuple):
