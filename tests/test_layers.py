@@ -26,7 +26,9 @@ def floor(module: str) -> int:
         return 2
     if parts[1:2] in (["_driver"], ["_runner"], ["_async"]):
         return 3
-    assert parts == ["cadence"] or parts[1] in ("__main__", "cli", "testing"), module
+    assert parts == ["cadence"] or parts[1] in ("__main__", "cli", "report", "testing", "web"), (
+        module
+    )
     return 4
 
 

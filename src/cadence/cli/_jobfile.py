@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cadence._policy import Schedule
 from cadence.durable import json_value, resolve_path
 from cadence.misfire import Misfire
+from cadence.report import local_zone
 from cadence.retry import JITTERS, Backoff
 from cadence.schedules import FixedRate, Once
 
@@ -86,13 +87,6 @@ def zone(value: object, what: str) -> tzinfo:
         return ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
         raise JobFileError(f"{what}: unknown time zone {value!r} (e.g. Europe/Berlin)") from None
-
-
-def local_zone() -> tzinfo:
-    """This machine's zone (the default for cron and printed times)."""
-    local = datetime.now().astimezone().tzinfo
-    assert local is not None
-    return local
 
 
 @dataclass

@@ -23,8 +23,9 @@ from cadence.cli import _command
 from cadence.cli._jobfile import COMMAND, Job, JobFileError
 from cadence.cli._notify import Notifier
 from cadence.cli._secrets import ScrubFormatter
-from cadence.cli._subcommands import CliError, _line, job_zone, ran_at
+from cadence.cli._subcommands import CliError
 from cadence.durable import DurableScheduler, Entry, resolve_path
+from cadence.report import job_zone, printable, ran_at
 from cadence.store import StoreError
 
 log = logging.getLogger("cadence.cli")
@@ -254,7 +255,7 @@ class _View:
             if unreadable:
                 result += " (its stored row cannot be read here)"
             table.add_row(
-                _line(str(info.task_id)),
+                printable(str(info.task_id)),
                 info.status + (" (paused)" if info.paused else ""),
                 "-" if nxt is None else _clock_time(nxt, tz),
                 "-" if not last else _clock_time(ran_at(last), tz),
@@ -264,7 +265,7 @@ class _View:
         failed.sort(key=lambda e: e.last.finished if e.last else 0, reverse=True)
         if failed:  # the newest first, each with its error's first line
             table.caption = "latest failures: " + "; ".join(
-                f"{_line(str(e.info.task_id))}: {_first_line(e.last.error if e.last else '')}"
+                f"{printable(str(e.info.task_id))}: {_first_line(e.last.error if e.last else '')}"
                 for e in failed[:3]
             )
         return table

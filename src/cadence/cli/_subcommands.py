@@ -13,8 +13,17 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cadence.cli._jobfile import JobFileError, duration, instant, load, local_zone, zone
-from cadence.store import OutcomeRow, StoreError, open_store, redacted
+from cadence.cli._jobfile import duration, instant, load, zone
+from cadence.report import (
+    history_entry,
+    job_zone,
+    local_zone,
+    printable,
+    ran_at,
+    status_entry,
+    time_shown,
+)
+from cadence.store import StoreError, open_store, redacted
 
 if TYPE_CHECKING:
     from cadence.durable import DurableScheduler, Entry
@@ -49,33 +58,6 @@ def _zone(name: str | None) -> tzinfo | None:
     return None if name is None else zone(name, "--tz")
 
 
-def job_zone(name: str | None, override: tzinfo | None = None) -> tzinfo:
-    """The zone a job's times are shown in, the one rule for human output: ``--tz``
-    if given, else the job's zone (its ``tz`` or ``[defaults] tz``, stored with it),
-    else this machine's. A stored name this machine does not know: its own zone."""
-    if override is not None:
-        return override
-    if name is not None:
-        try:
-            return zone(name, "zone")
-        except JobFileError:
-            pass
-    return local_zone()
-
-
-def ran_at(last: OutcomeRow) -> float:
-    """When a recorded run ran (it started; its slot if it never did)."""
-    return last.at if last.started is None else last.started
-
-
-def _time(at: float | None, tz: tzinfo) -> str:
-    """A time for people: ISO 8601 in ``tz`` with its offset; milliseconds if not whole."""
-    if at is None:
-        return "-"
-    spec = "seconds" if at == int(at) else "milliseconds"
-    return datetime.fromtimestamp(at, tz).isoformat(timespec=spec)
-
-
 def _when(value: str, base: float, what: str) -> float:
     """``now``, ``+DURATION`` (from ``base``) or an ISO 8601 time, as epoch seconds."""
     if value == "now":
@@ -107,9 +89,10 @@ def _plan_command(args: argparse.Namespace) -> int:
     else:
         for job, at in runs:
             late = "  (late: runs at once)" if at < start else ""
-            print(f"{_time(at, shown or job.zone)}  {job.id}{late}")
+            print(f"{time_shown(at, shown or job.zone)}  {job.id}{late}")
         sys.stdout.flush()
-        window = f"{_time(start, shown or local_zone())} .. {_time(until, shown or local_zone())}"
+        tz = shown or local_zone()
+        window = f"{time_shown(start, tz)} .. {time_shown(until, tz)}"
         print(f"{len(runs)} runs of {len(jobs)} jobs in {window}", file=sys.stderr)
     if cut:
         print(f"cadence: stopped after {len(runs)} runs; narrow the window", file=sys.stderr)
@@ -147,30 +130,12 @@ def _status(args: argparse.Namespace) -> int:
     for e in entries:
         tz = job_zone(e["zone"], override)
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
-        notes = [] if e["last"] is None else [f"{e['last']} ({_time(e['last_started'], tz)})"]
+        notes = [] if e["last"] is None else [f"{e['last']} ({time_shown(e['last_started'], tz)})"]
         if e["unreadable"]:
             notes.append(f"cannot be read here: {e['unreadable']}")
         last = "; ".join(notes) or "-"
-        print(f"{e['id']:24} {status:10} {_time(e['next'], tz):30} {last}")
+        print(f"{e['id']:24} {status:10} {time_shown(e['next'], tz):30} {last}")
     return 0
-
-
-def status_entry(entry: Entry) -> dict[str, Any]:
-    """One task as ``cadence status --json`` (and the web API) shows it: the pinned
-    ``id``, ``status``, ``paused``, ``next``, then ``last`` (result), ``last_at``
-    (its run's slot), ``last_started`` (when it ran), ``unreadable`` and ``zone``."""
-    info, latest, unreadable, zone_name = entry
-    return {
-        "id": info.task_id,
-        "status": info.status,
-        "paused": info.paused,
-        "next": info.next_run_time,
-        "last": latest.result if latest else None,
-        "last_at": latest.at if latest else None,
-        "last_started": ran_at(latest) if latest else None,
-        "unreadable": unreadable,
-        "zone": zone_name,
-    }
 
 
 PAGE = 10_000
@@ -196,12 +161,7 @@ def _history(args: argparse.Namespace) -> int:
         raise CliError(2, f"--limit must be >= 1, got {args.limit}")
     outcomes = sched.history(args.id, args.limit)
     if args.json:
-        print(json.dumps([
-            {"at": o.at, "result": o.result, "attempt": o.attempt, "error": o.error,
-             "started": o.started, "slot": o.slot, "finished": o.finished,
-             "skipped": o.skipped, "owner": o.owner, "output": o.value}
-            for o in outcomes
-        ]))  # fmt: skip
+        print(json.dumps([history_entry(o) for o in outcomes]))
         return 0
     from cadence.durable import zone_of
 
@@ -210,10 +170,10 @@ def _history(args: argparse.Namespace) -> int:
     for o in outcomes:
         took = (
             "" if o.started is None
-            else f", started {_time(o.started, tz)}, took {o.finished - o.started:.2f}s"
+            else f", started {time_shown(o.started, tz)}, took {o.finished - o.started:.2f}s"
         )  # fmt: skip
         skipped = f", {o.skipped} skipped before" if o.skipped else ""
-        print(f"{_time(o.at, tz)}  {o.result:9} attempt {o.attempt}{took}{skipped}")
+        print(f"{time_shown(o.at, tz)}  {o.result:9} attempt {o.attempt}{took}{skipped}")
         for text in (o.error, o.value):
             if text:
                 for line in text.strip().splitlines()[-10:]:
@@ -277,7 +237,7 @@ def _check(args: argparse.Namespace) -> int:
         print(json.dumps(problems))
     else:
         for p in problems:
-            print(f"{_line(p['id'])}: {p['problem']}: {p['detail']}")
+            print(f"{printable(p['id'])}: {p['problem']}: {p['detail']}")
         if not problems:
             print("all jobs healthy", file=sys.stderr)
     return 1 if problems else 0
@@ -291,7 +251,7 @@ def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, st
     if last is not None and last.result == "failed":
         error = (last.error or "failed").strip().splitlines()
         first = error[0] if error else ""
-        return "failed", f"its run at {_time(ran_at(last), tz)} failed: {first}"
+        return "failed", f"its run at {time_shown(ran_at(last), tz)} failed: {first}"
     status = str(info.status)
     if status in ("done", "failed", "cancelled") or info.paused:
         return None
@@ -301,7 +261,7 @@ def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, st
         late = now - info.next_run_time
         if late > _grace(info.schedule, info.next_run_time):
             return "overdue", (
-                f"its run at {_time(info.next_run_time, tz)} is {late:.0f}s late: "
+                f"its run at {time_shown(info.next_run_time, tz)} is {late:.0f}s late: "
                 "no node is running it"
             )
         return None
@@ -310,7 +270,7 @@ def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, st
         late = now - row.lease_until
         if late > _grace(info.schedule, row.due):
             return "overdue", (
-                f"its run at {_time(row.due, tz)} was claimed by {row.owner}, whose lease "
+                f"its run at {time_shown(row.due, tz)} was claimed by {row.owner}, whose lease "
                 f"ran out {late:.0f}s ago: no node is running it"
             )
     return None
@@ -330,11 +290,6 @@ def _grace(schedule: object, due: float) -> float:
         except Exception:  # a schedule this cadence cannot step: the minute holds
             period = None
     return max(GRACE, float(period or 0))
-
-
-def _line(text: str) -> str:
-    """A job id as shown in one-line output: control characters escaped."""
-    return text if text.isprintable() else text.encode("unicode_escape").decode()
 
 
 def _import_crontab(args: argparse.Namespace) -> int:
