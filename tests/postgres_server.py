@@ -19,6 +19,11 @@ would not be):
 When no server can be had (not root, no binaries), COMMAND runs without
 ``CADENCE_PG_DSN``: the PostgreSQL tests then skip, saying how to run them;
 in CI (``CI`` set) they fail instead (``tests/conftest.py``).
+
+The dashboard's browser tests need Chromium: when ``chromium`` is missing and
+this runs as root with ``apt-get``, Debian's ``chromium`` package is installed
+too, and ``CADENCE_CHROMIUM`` names it for the command (``tests/web/conftest.py``:
+without it the browser tests skip, and fail in CI).
 """
 
 from __future__ import annotations
@@ -52,6 +57,20 @@ def binaries() -> Path | None:
         subprocess.run([*install, "postgresql"], check=True, env=env)
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version)
     return Path(found[-1]).parent if found else None
+
+
+def chromium() -> str | None:
+    """Debian's Chromium, installing it if need be (a browser for the dashboard's tests)."""
+    found = shutil.which("chromium")
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        print("postgres_server: installing Debian's chromium package", file=sys.stderr)
+        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]
+        if subprocess.run(install, env=env, check=False).returncode != 0:  # stale lists
+            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+            subprocess.run(install, check=True, env=env)
+        found = shutil.which("chromium")
+    return found
 
 
 def _version(path: str) -> int:
@@ -122,6 +141,9 @@ def main(argv: list[str]) -> int:
     command = argv[argv.index("--") + 1 :]
     durable = "--durable" in argv[: argv.index("--")]
     env = dict(os.environ)
+    browser = env.get("CADENCE_CHROMIUM") or chromium()
+    if browser is not None:
+        env["CADENCE_CHROMIUM"] = browser
     if "CADENCE_PG_DSN" in env:  # a server given from outside: use it
         return subprocess.call(command, env=env)
     bindir = binaries()

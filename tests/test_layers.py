@@ -26,9 +26,8 @@ def floor(module: str) -> int:
         return 2
     if parts[1:2] in (["_driver"], ["_runner"], ["_async"]):
         return 3
-    assert parts == ["cadence"] or parts[1] in ("__main__", "cli", "report", "testing", "web"), (
-        module
-    )
+    top = ("__main__", "cli", "metrics", "observe", "report", "testing", "web")
+    assert parts == ["cadence"] or parts[1] in top, module
     return 4
 
 

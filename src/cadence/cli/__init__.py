@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from cadence.cli._jobfile import JobFileError
 from cadence.cli._secrets import ScrubFormatter, hide, scrub
@@ -36,6 +38,7 @@ from cadence.cli._subcommands import (
     _plan_command,
     _run,
     _status,
+    _web,
 )
 from cadence.store import StoreError
 
@@ -46,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "store", None):
         hide(args.store)  # before anything can print it
+    if getattr(args, "token", None):
+        hide(args.token, whole=True)
     _logging(args.log_level, args.log_format)
     try:
         status: int = args.run(args)
@@ -75,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
                             f"postgresql://user@host:port/db or memory: "
                             f"(default {DEFAULT_STORE})")  # fmt: skip
 
+    def token_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--token", default=os.environ.get("CADENCE_TOKEN") or None,
+                       help="the token that grants actions on the dashboard and the API "
+                            "(default: $CADENCE_TOKEN; needed off loopback)")  # fmt: skip
+
     run = sub.add_parser("run", help="load a job file into the store and run due jobs")
     run.add_argument("jobfile")
     store_arg(run)
@@ -82,7 +92,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--grace", default="30s", help="wait for runs in flight on stop (30s)")
     run.add_argument("--live", choices=["auto", "yes", "no"], default="auto",
                      help="a live view on a terminal (auto: when stderr is one)")  # fmt: skip
+    run.add_argument("--web", metavar="HOST:PORT",
+                     help="also serve the dashboard, the API and /metrics there")  # fmt: skip
+    token_arg(run)
     run.set_defaults(run=_run)
+
+    web = sub.add_parser("web", help="serve the dashboard, the API and /metrics for a store")
+    store_arg(web)
+    web.add_argument("--listen", default="127.0.0.1:8787", metavar="HOST:PORT",
+                     help="where (default 127.0.0.1:8787; port 0: a free one)")  # fmt: skip
+    token_arg(web)
+    web.set_defaults(run=_web)
 
     plan = sub.add_parser("plan", help="every run a job file would make in a window (dry run)")
     plan.add_argument("jobfile")
@@ -117,6 +137,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true")
     check.set_defaults(run=_check)
 
+    _controls(sub, store_arg)
+    return parser
+
+
+def _controls(sub: Any, store_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+    """``pause``, ``resume``, ``cancel``, ``trigger``: one parser each, one handler."""
     for name, text in [
         ("pause", "keep a task from running until resumed"),
         ("resume", "let a paused task run again"),
@@ -127,7 +153,6 @@ def _parser() -> argparse.ArgumentParser:
         control.add_argument("id")
         store_arg(control)
         control.set_defaults(run=_control, operation=name)
-    return parser
 
 
 # -- helpers -------------------------------------------------------------------

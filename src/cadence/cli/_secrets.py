@@ -19,8 +19,12 @@ from cadence.store import redacted
 _hidden: set[str] = set()
 
 
-def hide(url: str) -> None:
-    """Register the password of ``url`` (as written, and percent-decoded). O(len(url))."""
+def hide(url: str, *, whole: bool = False) -> None:
+    """Register the password of ``url`` (as written, and percent-decoded), or with
+    ``whole`` the text itself (a ``--token``). O(len(url))."""
+    if whole:
+        _hidden.add(url)
+        return
     try:
         password = urlsplit(url).password
     except ValueError:  # not a URL at all: nothing to take apart

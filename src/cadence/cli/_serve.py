@@ -23,7 +23,7 @@ from cadence.cli import _command
 from cadence.cli._jobfile import COMMAND, Job, JobFileError
 from cadence.cli._notify import Notifier
 from cadence.cli._secrets import ScrubFormatter
-from cadence.cli._subcommands import CliError
+from cadence.cli._subcommands import CliError, bind
 from cadence.durable import DurableScheduler, Entry, resolve_path
 from cadence.report import job_zone, printable, ran_at
 from cadence.store import StoreError
@@ -40,8 +40,14 @@ def serve(
     grace: float,
     live: bool,
     reload: Callable[[], list[Job]] | None = None,
+    web: tuple[str, int] | None = None,
+    token: str | None = None,
 ) -> int:
     """Declare ``jobs`` as the file ``owner`` (see :func:`declare`) and run until a signal.
+
+    ``web``: also serve the dashboard, the API and ``/metrics`` (with this
+    node's own run counters) at ``(host, port)``, actions granted by
+    ``token``; bound before the jobs are declared (a port in use: exit 2).
 
     On SIGTERM or SIGINT: no new run is claimed; runs in flight get
     ``grace`` seconds, then their commands' process groups are terminated
@@ -65,11 +71,16 @@ def serve(
     notifier = Notifier(sched)
     runner = Runner(sched, executor=pool, on_outcome=notifier.outcome)
     unlisten = sched.add_listener(notifier.started, EventKind.RUN_STARTED)
+    server = None
     try:
+        if web is not None:
+            server = _dashboard(sched, web, token)
         declare(sched, jobs, owner, strict=True)
         notifier.update(jobs)
         hangup.clear()  # a reload asked for while loading: what was loaded is the file
         runner.start()
+        if server is not None:
+            server.start()
         view = _live(sched) if live else None
         try:
             while not stop.is_set():
@@ -95,8 +106,17 @@ def serve(
         pool.shutdown(wait=False, cancel_futures=True)
         unlisten()
         notifier.close()
+        if server is not None:
+            server.stop()
     log.info("stopped")
     return 0
+
+
+def _dashboard(sched: DurableScheduler, web: tuple[str, int], token: str | None) -> Any:
+    """The node's dashboard, bound (its run counters start now), not yet serving."""
+    from cadence.web import asgi_app
+
+    return bind(asgi_app(sched, token=token), *web, "--web")
 
 
 def _conflicts(sched: DurableScheduler, jobs: list[Job], owner: str) -> dict[str, str]:

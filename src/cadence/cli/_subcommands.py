@@ -105,6 +105,7 @@ def _plan_command(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from cadence.cli._serve import serve
 
+    listen = None if args.web is None else _listen(args.web, "--web", args.token)
     jobs = load(args.jobfile)
     grace = duration(args.grace, "--grace")
     if args.workers < 1:
@@ -113,7 +114,55 @@ def _run(args: argparse.Namespace) -> int:
     live = args.live == "yes" or (args.live == "auto" and sys.stderr.isatty())
     owner = str(Path(args.jobfile).resolve())
     return serve(sched, jobs, owner=owner, workers=args.workers, grace=grace, live=live,
-                 reload=lambda: load(args.jobfile))  # fmt: skip
+                 reload=lambda: load(args.jobfile), web=listen, token=args.token)  # fmt: skip
+
+
+# -- web -----------------------------------------------------------------------
+
+
+def _listen(value: str, what: str, token: str | None) -> tuple[str, int]:
+    """``HOST:PORT`` to serve the dashboard on; refused (exit 2) if the web extra is
+    missing, if it is not an address, or if it is not loopback and there is no token."""
+    try:
+        from cadence.web import is_loopback, listen_address
+    except ImportError as exc:
+        raise CliError(2, f"{what}: the dashboard needs the web extra: "
+                          f"pip install 'cadence[web]' ({exc})") from None  # fmt: skip
+    try:
+        host, port = listen_address(value)
+    except ValueError as exc:
+        raise CliError(2, f"{what}: {exc}") from None
+    if token is None and not is_loopback(host):
+        raise CliError(2, (
+            f"{what} {value}: not a loopback address, and no --token (or CADENCE_TOKEN): "
+            "anyone who can reach it could pause, trigger and cancel jobs; give a token, "
+            "or serve on 127.0.0.1 behind your own proxy"
+        ))  # fmt: skip
+    return host, port
+
+
+def bind(app: Any, host: str, port: int, what: str) -> Any:
+    """A :class:`cadence.web.Server` bound to ``host:port`` (exit 2 if it cannot be);
+    its URL printed on stderr, once it listens."""
+    from cadence.web import Server
+
+    try:
+        server = Server(app, host, port)
+    except OSError as exc:
+        raise CliError(2, f"{what} {host}:{port}: {exc.strerror or exc}") from None
+    print(f"cadence: dashboard at {server.url}", file=sys.stderr, flush=True)
+    return server
+
+
+def _web(args: argparse.Namespace) -> int:
+    """``cadence web``: the dashboard, API and /metrics for a store, running no jobs."""
+    host, port = _listen(args.listen, "--listen", args.token)
+    from cadence.web import asgi_app
+
+    sched = _scheduler(args.store)
+    server = bind(asgi_app(sched, token=args.token, runs=False), host, port, "--listen")
+    server.run()
+    return 0
 
 
 # -- status, history, control ---------------------------------------------------

@@ -1,0 +1,220 @@
+"""Prometheus metrics for a scheduler (extra ``cadence[metrics]``: ``prometheus_client``).
+
+``registry.register(cadence.metrics.Collector(scheduler))`` in your own
+``prometheus_client`` registry, for an in-memory :class:`~cadence.Scheduler` or
+a :class:`~cadence.DurableScheduler`; ``cadence web`` and ``cadence run --web``
+serve the same at ``/metrics``.
+
+Two kinds of series (``docs/web.md`` lists them all):
+
+- **This process's own runs**, counted as they complete (a listener on the
+  scheduler): ``cadence_runs_total{job, result}``,
+  ``cadence_run_duration_seconds{job}``, ``cadence_run_lag_seconds{job}``,
+  ``cadence_slots_skipped_total{job, reason}``. A process that runs nothing
+  (``cadence web``) has none.
+- **The store's state, computed at scrape time** (one listing of the tasks):
+  ``cadence_next_run_timestamp_seconds{job}``,
+  ``cadence_last_success_timestamp_seconds{job}``, ``cadence_jobs{status}``,
+  ``cadence_job_paused{job}``, ``cadence_runs_in_flight``,
+  ``cadence_leases{node}``, ``cadence_lease_takeovers{job}``,
+  ``cadence_store_up`` and ``cadence_store_errors_total``.
+
+The label ``job`` is bounded: the first :data:`MAX_JOBS` ids (by id, or in
+the order runs reported them) get a series each; the rest are folded into
+``job="_other"`` (counters and histograms) or left out (per-job gauges;
+``cadence_jobs`` still counts every task).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector as _PrometheusCollector
+
+from cadence import Event, EventKind, Scheduler, Status
+from cadence.observe import Source, source
+from cadence.store import redacted
+
+MAX_JOBS = 1000
+"""Distinct ``job`` label values at most; the others are ``job="_other"``."""
+
+OTHER = "_other"
+
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+"""Seconds: a run's lag is normally milliseconds; large values mean sleep or failover."""
+
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+"""Seconds, from a no-op to an hour-long job."""
+
+
+class Collector(_PrometheusCollector):
+    """The metrics of ``scheduler`` for a ``prometheus_client`` registry.
+
+    ``runs=False`` leaves out the run counters and histograms (a process that
+    runs nothing: no listener is added). :meth:`close` removes the listener.
+    A scrape costs one listing of the tasks (a store query per 10,000 on a
+    durable store) plus one history read per job whose latest run did not
+    succeed, the first time; a store that fails is counted
+    (``cadence_store_errors_total``, ``cadence_store_up 0``), never raised.
+    Raises ``TypeError`` for a ``scheduler`` that is not a Scheduler.
+    """
+
+    def __init__(
+        self, scheduler: Scheduler | Source, *, runs: bool = True, max_jobs: int = MAX_JOBS
+    ) -> None:
+        self.source: Source = source(scheduler) if isinstance(scheduler, Scheduler) else scheduler
+        self._scheduler = getattr(self.source, "scheduler", None)
+        self._max_jobs = max_jobs
+        self._labels: set[str] = set()
+        self._lock = threading.Lock()
+        self._store_errors = 0
+        self._last_ok: dict[str, float | None] = {}
+        self._own = CollectorRegistry(auto_describe=True)
+        self._runs = Counter(
+            "cadence_runs", "Runs of this process, by job and result (ok, retry, failed, "
+            "cancelled).", ["job", "result"], registry=self._own,
+        )  # fmt: skip
+        self._duration = Histogram(
+            "cadence_run_duration_seconds", "How long this process's runs took.", ["job"],
+            buckets=DURATION_BUCKETS, registry=self._own,
+        )  # fmt: skip
+        self._lag = Histogram(
+            "cadence_run_lag_seconds", "How late this process's runs started (start minus "
+            "slot).", ["job"], buckets=LAG_BUCKETS, registry=self._own,
+        )  # fmt: skip
+        self._skipped = Counter(
+            "cadence_slots_skipped", "Slots that never ran, by job and reason (misfire: "
+            "its misfire policy skipped them).", ["job", "reason"], registry=self._own,
+        )  # fmt: skip
+        self._unlisten = None
+        if runs and self._scheduler is not None:
+            self._unlisten = self._scheduler.add_listener(
+                self._on_outcome,
+                EventKind.RUN_SUCCEEDED, EventKind.RUN_FAILED, EventKind.RUN_RETRIED,
+            )  # fmt: skip
+
+    def close(self) -> None:
+        """Stop counting runs (the listener is removed). Idempotent."""
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+
+    def _job(self, task_id: object) -> str:
+        """The ``job`` label of a task: its id, or :data:`OTHER` past the cap."""
+        job = str(task_id)
+        with self._lock:
+            if job in self._labels:
+                return job
+            if len(self._labels) < self._max_jobs:
+                self._labels.add(job)
+                return job
+        return OTHER
+
+    def _on_outcome(self, event: Event) -> None:
+        outcome = event.outcome
+        if outcome is None or self._scheduler is None:
+            return
+        job = self._job(outcome.task_id)
+        cancelled = type(outcome.error).__name__ == "RunCancelled"
+        self._runs.labels(job, "cancelled" if cancelled else str(outcome.result)).inc()
+        try:
+            took = max(0.0, float(self._scheduler.clock()) - float(outcome.started))
+        except Exception:  # a failing clock costs a duration sample, never the run
+            took = None
+        if took is not None:
+            self._duration.labels(job).observe(took)
+        self._lag.labels(job).observe(max(0.0, float(outcome.lag)))
+        if outcome.skipped:
+            self._skipped.labels(job, "misfire").inc(outcome.skipped)
+
+    def describe(self) -> Iterable[Any]:
+        """Nothing: the series are only known at scrape time."""
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        """The series, this process's runs first, then the store's state."""
+        yield from self._own.collect()
+        yield from self._store_state()
+
+    def _store_state(self) -> Iterator[Any]:
+        up = GaugeMetricFamily("cadence_store_up", "1 while the store answers, else 0.")
+        errors = CounterMetricFamily(
+            "cadence_store_errors", "Scrapes whose read of the store failed."
+        )
+        try:
+            entries = self.source.entries()
+            leases = self.source.leases()
+        except Exception:  # any store failure is what this gauge says
+            with self._lock:
+                self._store_errors += 1
+            up.add_metric([], 0)
+            errors.add_metric([], self._store_errors)
+            yield from (up, errors)
+            return
+        up.add_metric([], 1)
+        errors.add_metric([], self._store_errors)
+        yield from (up, errors)
+        nxt = GaugeMetricFamily(
+            "cadence_next_run_timestamp_seconds", "When the job runs next (epoch seconds).",
+            labels=["job"],
+        )  # fmt: skip
+        success = GaugeMetricFamily(
+            "cadence_last_success_timestamp_seconds",
+            "When the job's last successful run finished (epoch seconds).", labels=["job"],
+        )  # fmt: skip
+        paused = GaugeMetricFamily("cadence_job_paused", "1 if paused.", labels=["job"])
+        jobs = GaugeMetricFamily(
+            "cadence_jobs", "Jobs by status (paused ones also as paused).", labels=["status"]
+        )
+        taken = GaugeMetricFamily(
+            "cadence_lease_takeovers",
+            "Times a run of the job was taken over after its node's lease ran out.",
+            labels=["job"],
+        )  # fmt: skip
+        counts = {str(status): 0 for status in Status} | {"paused": 0}
+        in_flight = 0
+        for entry in entries:
+            info = entry.info
+            status = str(info.status)
+            counts[status] = counts.get(status, 0) + 1
+            counts["paused"] += bool(info.paused)
+            in_flight += status in ("running", "queued")
+            job = str(info.task_id)
+            if len(self._last_ok) >= self._max_jobs and job not in self._last_ok:
+                continue  # past the cap: no per-job series
+            if info.next_run_time is not None:
+                nxt.add_metric([job], float(info.next_run_time))
+            paused.add_metric([job], 1.0 if info.paused else 0.0)
+            ok = self._last_success(job, entry.last)
+            if ok is not None:
+                success.add_metric([job], ok)
+        for status, count in counts.items():
+            jobs.add_metric([status], count)
+        flight = GaugeMetricFamily("cadence_runs_in_flight", "Runs queued or running now.")
+        flight.add_metric([], in_flight)
+        holding = GaugeMetricFamily("cadence_leases", "Runs each node holds now.", labels=["node"])
+        per_node: dict[str, int] = {}
+        for lease in leases:
+            node = redacted(lease.node)
+            per_node[node] = per_node.get(node, 0) + 1
+            if lease.takeovers:
+                taken.add_metric([lease.task_id], lease.takeovers)
+        for node, count in sorted(per_node.items()):
+            holding.add_metric([node], count)
+        yield from (nxt, success, paused, jobs, flight, holding, taken)
+
+    def _last_success(self, job: str, last: Any) -> float | None:
+        """When ``job`` last succeeded: its latest run if ok, else what was known, else
+        one history read (remembered, so a failing job costs one read, not one per
+        scrape)."""
+        if last is not None and last.result == "ok":
+            self._last_ok[job] = float(last.finished)
+        elif job not in self._last_ok:
+            history = self.source.history(job, 50)
+            found = next((o for o in history if o.result == "ok"), None)
+            self._last_ok[job] = None if found is None else float(found.finished)
+        return self._last_ok[job]

@@ -1,0 +1,437 @@
+"""The dashboard, the HTTP API and ``/metrics``: one Starlette app over a
+:class:`~cadence.observe.Source`.
+
+Pages are Jinja2 templates (autoescaped: a job id, an error or a command's
+output is text, never markup); live parts are fragments the page fetches
+again every second with htmx (vendored in ``static/``, no CDN). Controls are
+``POST``s that go through :meth:`Source.control`, so the scheduler decides
+each rule once, and are allowed by :class:`Access`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from cadence.metrics import Collector
+from cadence.observe import OPERATIONS, Source, status_json
+from cadence.report import (
+    described,
+    history_entry,
+    job_zone,
+    next_runs,
+    printable,
+    ran_at,
+    time_shown,
+)
+from cadence.schedules import Schedule
+from cadence.store import redacted
+
+log = logging.getLogger("cadence.web")
+
+HERE = Path(__file__).resolve().parent
+
+SESSION = "cadence_session"
+"""The cookie a login sets (HttpOnly, SameSite=Strict)."""
+
+HISTORY = 50
+"""Runs a job page shows (and charts)."""
+
+HEADERS = {
+    # Only the dashboard's own scripts and styles run: an id or output that slipped
+    # past escaping still could not execute. No framing (clickjacking).
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+"""Headers of every page."""
+
+OVERDUE = 60.0
+"""Seconds past its next run before a job counts as overdue in the filter."""
+
+
+class Access:
+    """Who may change what.
+
+    With a token: a ``POST`` needs ``Authorization: Bearer TOKEN``, or the
+    session cookie a login with the token set plus the page's CSRF token in
+    ``X-CSRF-Token``; anything else gets 401. Without one (loopback only):
+    ``POST``s are allowed, but a browser's (one that sends ``Origin``,
+    ``Sec-Fetch-Site`` or cookies) must carry the page's CSRF token. Any
+    ``POST`` from another origin is refused (403) before that: a page
+    elsewhere can change nothing. The session and CSRF values are HMACs of
+    the token (of a per-process secret without one): nothing to store.
+    """
+
+    def __init__(self, token: str | None) -> None:
+        if token is not None and (not isinstance(token, str) or not token):
+            raise ValueError("token must be a non-empty str or None")
+        self.token = token
+        key = (token or secrets.token_hex(32)).encode()
+        self.session = hmac.new(key, b"cadence session", hashlib.sha256).hexdigest()
+        self.csrf = hmac.new(key, b"cadence csrf", hashlib.sha256).hexdigest()
+
+    def logged_in(self, request: Request) -> bool:
+        """Whether the request carries a valid session (always true without a token)."""
+        if self.token is None:
+            return True
+        return hmac.compare_digest(request.cookies.get(SESSION, ""), self.session)
+
+    def refusal(self, request: Request) -> tuple[int, str] | None:
+        """Why a ``POST`` is refused (status and reason), or ``None`` with who sent it
+        left in ``request.state.who``."""
+        if _cross_origin(request):
+            return 403, "a request from another origin cannot change anything"
+        bearer = request.headers.get("authorization", "")
+        given_csrf = request.headers.get("x-csrf-token", "")
+        if self.token is not None:
+            if bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:], self.token):
+                request.state.who = "token"
+                return None
+            if self.logged_in(request) and hmac.compare_digest(given_csrf, self.csrf):
+                request.state.who = "login"
+                return None
+            return 401, "this needs the token: Authorization: Bearer TOKEN, or log in"
+        browser = any(h in request.headers for h in ("origin", "sec-fetch-site", "cookie"))
+        if browser and not hmac.compare_digest(given_csrf, self.csrf):
+            return 403, "a browser's request needs the page's CSRF token"
+        request.state.who = "local"
+        return None
+
+
+def _cross_origin(request: Request) -> bool:
+    """Whether a request says it comes from a page of another origin."""
+    if request.headers.get("sec-fetch-site") == "cross-site":
+        return True
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    if origin == "null":
+        return True
+    host = request.headers.get("host", "")
+    return urlsplit(origin).netloc != host
+
+
+class Dashboard:
+    """The app's handlers over one source: pages, API, ``/metrics`` and ``/healthz``.
+
+    ``node``: the collector of a process that runs jobs (its run counters);
+    without one, ``/metrics`` has the store's state only. Raises
+    ``ValueError`` for an empty token.
+    """
+
+    def __init__(
+        self, source: Source, *, token: str | None = None, node: Collector | None = None
+    ) -> None:
+        self.source = source
+        self.access = Access(token)
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.globals.update(quote=lambda s: quote(str(s), safe=""),
+                                          printable=printable)  # fmt: skip
+        collector = node if node is not None else Collector(source, runs=False)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        self.notes: dict[str, dict[str, Any]] = {}  # job id -> its pause note, for everyone
+
+    def page(
+        self, request: Request, name: str, context: dict[str, Any], status: int = 200
+    ) -> Response:
+        fragment = request.query_params.get("fragment") == "1"
+        if fragment:  # the live part alone, which the page fetches again every second
+            name = name.replace(".html", "_live.html")
+        context = {
+            "base": request.scope.get("root_path", "").rstrip("/"),
+            "title": self.source.name,
+            "csrf": self.access.csrf if self.access.logged_in(request) else "",
+            "can_act": self.access.logged_in(request),
+            "needs_login": self.access.token is not None,
+            "fragment": fragment,
+            "notes": self.notes,
+            **context,
+        }
+        return self.templates.TemplateResponse(
+            request, name, context, status_code=status, headers=HEADERS
+        )
+
+    def rows(self, entries: list[Any]) -> list[dict[str, Any]]:
+        now = time.time()
+        shown = []
+        for entry in entries:
+            info, last = entry.info, entry.last
+            tz = job_zone(entry.zone)
+            nxt = info.next_run_time
+            shown.append({
+                "id": str(info.task_id),
+                "status": str(info.status),
+                "paused": info.paused,
+                "next": time_shown(nxt, tz),
+                "overdue": nxt is not None and not info.paused and nxt < now - OVERDUE,
+                "last": last.result if last else None,
+                "last_time": time_shown(ran_at(last), tz) if last else "-",
+                "error": _first_line(last.error) if last and last.error else "",
+                "schedule": described(info.schedule, tz),
+                "unreadable": entry.unreadable,
+            })  # fmt: skip
+        return shown
+
+    async def jobs_page(self, request: Request) -> Response:
+        wanted = request.query_params.get("filter", "")
+        search = request.query_params.get("q", "").strip().lower()
+        shown = self.rows(self.source.entries())
+        total = len(shown)
+        if wanted == "failed":
+            shown = [r for r in shown if r["last"] in ("failed", "retry")]
+        elif wanted == "paused":
+            shown = [r for r in shown if r["paused"]]
+        elif wanted == "overdue":
+            shown = [r for r in shown if r["overdue"]]
+        if search:
+            shown = [r for r in shown if search in r["id"].lower()]
+        return self.page(request, "jobs.html",
+                    {"rows": shown, "total": total, "filter": wanted, "q": search})  # fmt: skip
+
+    async def job_page(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        entry = self.source.entry(job_id)
+        if entry is None:
+            return self.page(request, "missing.html", {"job_id": job_id}, status=404)
+        info = entry.info
+        schedule = info.schedule if isinstance(info.schedule, Schedule) else None
+        tz = job_zone(entry.zone)
+        runs = self.source.history(job_id, HISTORY)
+        history = [
+            {
+                "at": time_shown(o.at, tz),
+                "result": o.result,
+                "attempt": o.attempt,
+                "started": time_shown(o.started, tz),
+                "took": None if o.started is None else max(0.0, o.finished - o.started),
+                "lag": None if o.started is None else o.started - o.at,
+                "error": o.error,
+                "output": o.value,
+                "owner": o.owner,
+            }
+            for o in runs
+        ]
+        return self.page(request, "job.html", {
+            "job": self.rows([entry])[0],
+            "zone": str(tz),
+            "upcoming": [time_shown(t, tz) for t in next_runs(schedule, info.next_run_time)],
+            "history": history,
+            "chart": _chart(list(reversed(history))),
+        })  # fmt: skip
+
+    async def failures_page(self, request: Request) -> Response:
+        failed = [
+            e for e in self.source.entries() if e.last and e.last.result in ("failed", "retry")
+        ]
+        failed.sort(key=lambda e: e.last.finished if e.last else 0, reverse=True)
+        shown = [
+            {"id": str(e.info.task_id), "result": e.last.result,
+             "time": time_shown(ran_at(e.last), job_zone(e.zone)), "error": e.last.error or ""}
+            for e in failed if e.last
+        ]  # fmt: skip
+        return self.page(request, "failures.html", {"rows": shown})
+
+    async def nodes_page(self, request: Request) -> Response:
+        leases = self.source.leases()
+        nodes: dict[str, list[dict[str, Any]]] = {}
+        for lease in leases:
+            nodes.setdefault(redacted(lease.node), []).append({
+                "id": lease.task_id, "due": time_shown(lease.due, job_zone(None)),
+                "until": time_shown(lease.until, job_zone(None)), "takeovers": lease.takeovers,
+            })  # fmt: skip
+        return self.page(request, "nodes.html", {"nodes": nodes, "durable": self.source.durable})
+
+    async def login_page(self, request: Request) -> Response:
+        if self.access.token is None:
+            return RedirectResponse(_base(request) + "/", 303)
+        return self.page(request, "login.html", {"wrong": False, "next": _next(request)})
+
+    async def login(self, request: Request) -> Response:
+        if self.access.token is None:
+            return RedirectResponse(_base(request) + "/", 303)
+        if _cross_origin(request):
+            return JSONResponse({"error": "a login from another origin is refused"}, 403)
+        form = await request.form()
+        given = str(form.get("token", ""))
+        target = _next(request, str(form.get("next", "")))
+        if not hmac.compare_digest(given.encode(), self.access.token.encode()):
+            log.warning("a login with a wrong token (from %s)", _client(request))
+            return self.page(request, "login.html", {"wrong": True, "next": target}, status=401)
+        response = RedirectResponse(target, 303)
+        response.set_cookie(SESSION, self.access.session, httponly=True, samesite="strict",
+                            path=_base(request) + "/")  # fmt: skip
+        log.info("login (from %s)", _client(request))
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        response = RedirectResponse(_base(request) + "/", 303)
+        response.delete_cookie(SESSION, path=_base(request) + "/")
+        return response
+
+    async def api_jobs(self, request: Request) -> Response:
+        return JSONResponse([status_json(e) for e in self.source.entries()])
+
+    async def api_job(self, request: Request) -> Response:
+        entry = self.source.entry(request.path_params["job_id"])
+        if entry is None:
+            return _unknown(request.path_params["job_id"])
+        return JSONResponse(status_json(entry))
+
+    async def api_history(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        raw = request.query_params.get("limit", "20")
+        try:
+            limit = int(raw)
+        except ValueError:
+            limit = 0
+        if limit < 1:
+            return JSONResponse({"error": f"limit must be an integer >= 1, got {raw!r}"}, 400)
+        if self.source.entry(job_id) is None:
+            return _unknown(job_id)
+        return JSONResponse([history_entry(o) for o in self.source.history(job_id, limit)])
+
+    async def api_control(self, request: Request) -> Response:
+        job_id, operation = request.path_params["job_id"], request.path_params["operation"]
+        if operation not in OPERATIONS:
+            return JSONResponse({"error": f"no operation {operation!r}"}, 404)
+        refused = self.access.refusal(request)
+        if refused is not None:
+            log.warning("%s %r refused (%s, from %s)", operation, job_id, refused[1],
+                        _client(request))  # fmt: skip
+            return JSONResponse({"error": refused[1]}, refused[0])
+        note = await _note(request)
+        applied = self.source.control(operation, job_id)
+        who = f"{request.state.who} from {_client(request)}"
+        if applied is None:
+            return _unknown(job_id)
+        log.info(
+            "%s: %s %r%s%s", who, operation, job_id,
+            f" (note: {note})" if note else "", "" if applied else ": did not apply",
+            extra={"who": who, "action": operation, "job": job_id, "note": note,
+                   "applied": applied},
+        )  # fmt: skip
+        if applied and operation == "pause":
+            self.notes[job_id] = {
+                "note": note,
+                "who": who,
+                "at": time_shown(time.time(), job_zone(None)),
+            }
+        elif applied and operation in ("resume", "cancel"):
+            self.notes.pop(job_id, None)
+        entry = self.source.entry(job_id)
+        body = status_json(entry) if entry is not None else {"id": job_id}
+        if not applied:
+            return JSONResponse({**body, "error": f"{operation} does not apply now"}, 409)
+        return JSONResponse(body)
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+
+    async def healthz(self, request: Request) -> Response:
+        problem = self.source.check()
+        if problem is None:
+            return JSONResponse({"ok": True})
+        return JSONResponse({"ok": False, "reason": problem}, 503)
+
+    def app(self) -> Starlette:
+        """The Starlette app serving these handlers."""
+        routes = [
+            Route("/", self.jobs_page),
+            Route("/jobs/{job_id:path}", self.job_page),
+            Route("/failures", self.failures_page),
+            Route("/nodes", self.nodes_page),
+            Route("/login", self.login_page, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Route("/api/jobs", self.api_jobs),
+            Route("/api/jobs/{job_id:path}/history", self.api_history),
+            Route("/api/jobs/{job_id:path}/{operation}", self.api_control, methods=["POST"]),
+            Route("/api/jobs/{job_id:path}", self.api_job),
+            Route("/metrics", self.metrics),
+            Route("/healthz", self.healthz),
+            Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        ]
+        return Starlette(routes=routes)
+
+
+def _unknown(job_id: str) -> Response:
+    return JSONResponse({"error": f"no job {job_id!r}"}, 404)
+
+
+def _base(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _next(request: Request, given: str | None = None) -> str:
+    """Where a login goes next: a path of this app, never another site."""
+    target = given if given is not None else request.query_params.get("next", "")
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return _base(request) + "/"
+    return target
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+async def _note(request: Request) -> str:
+    """The optional note of a control (a form field or a JSON ``note``), one line."""
+    note: object = ""
+    kind = request.headers.get("content-type", "")
+    try:
+        if kind.startswith("application/json"):
+            body = json.loads(await request.body() or b"{}")
+            note = body.get("note", "") if isinstance(body, dict) else ""
+        elif kind.startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
+            note = (await request.form()).get("note", "")
+    except ValueError:
+        note = ""
+    return printable(str(note).strip())[:500]
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _chart(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Duration and lag of the runs, oldest first, as SVG polyline points (server-side:
+    no chart library in the page)."""
+    points = [(h["took"], h["lag"]) for h in history if h["took"] is not None]
+    if len(points) < 2:
+        return None
+    width, height = 600, 120
+    top = max(max(t, lag, 0.0) for t, lag in points) or 1.0
+    step = width / (len(points) - 1)
+
+    def line(values: list[float]) -> str:
+        return " ".join(
+            f"{i * step:.1f},{height - max(v, 0.0) / top * (height - 10):.1f}"
+            for i, v in enumerate(values)
+        )
+
+    return {
+        "width": width, "height": height, "top": f"{top:.3g}s",
+        "duration": line([t for t, _ in points]), "lag": line([lag for _, lag in points]),
+    }  # fmt: skip

@@ -1,0 +1,66 @@
+"""cadence.metrics.Collector in a registry of one's own, over an in-memory scheduler
+(docs/web.md's block), stepped with tick: the series, their values, the label cap."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+import cadence.metrics
+from cadence import FixedRate, ManualClock, Scheduler
+from tests.web.test_mounting import WEB
+
+
+def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[Any, ...]], float]:
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_the_documented_block_registers_the_collector() -> None:
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", WEB.read_text(), flags=re.DOTALL)
+               if "cadence.metrics" in b]  # fmt: skip
+    registry = CollectorRegistry()
+    scheduler = Scheduler()
+    exec(block.replace("from prometheus_client import REGISTRY\n", ""),
+         {"REGISTRY": registry, "scheduler": scheduler})  # fmt: skip
+    assert ("cadence_store_up", ()) in samples(registry)
+
+
+def test_runs_gauges_and_the_job_label_cap() -> None:
+    clock = ManualClock(1_000_000)
+    scheduler = Scheduler(clock=clock, epoch=True)
+    collector = cadence.metrics.Collector(scheduler, max_jobs=2)
+    registry = CollectorRegistry()
+    registry.register(collector)
+
+    def boom(at: float) -> None:
+        raise RuntimeError("boom")
+
+    scheduler.schedule("a", FixedRate(10), lambda at: None)
+    scheduler.schedule("b", FixedRate(10), boom)
+    scheduler.schedule("c", FixedRate(10), lambda at: None)
+    scheduler.tick(clock())
+    clock.advance(12)
+    scheduler.tick(clock())
+    got = samples(registry)
+    assert got[("cadence_runs_total", (("job", "a"), ("result", "ok")))] == 2
+    assert got[("cadence_runs_total", (("job", "b"), ("result", "failed")))] == 2
+    assert got[("cadence_runs_total", (("job", "_other"), ("result", "ok")))] == 2  # c
+    assert got[("cadence_run_lag_seconds_count", (("job", "a"),))] == 2
+    assert got[("cadence_run_lag_seconds_sum", (("job", "a"),))] == 2  # 0 and 2 late
+    assert got[("cadence_next_run_timestamp_seconds", (("job", "a"),))] == 1_000_020
+    assert got[("cadence_last_success_timestamp_seconds", (("job", "a"),))] == 1_000_012
+    assert ("cadence_last_success_timestamp_seconds", (("job", "b"),)) not in got
+    assert got[("cadence_jobs", (("status", "scheduled"),))] == 3  # b fails, goes on
+    assert got[("cadence_runs_in_flight", ())] == 0
+    collector.close()
+    clock.advance(10)
+    scheduler.tick(clock())
+    assert samples(registry)[("cadence_runs_total", (("job", "a"), ("result", "ok")))] == 2
