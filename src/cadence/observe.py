@@ -60,6 +60,10 @@ class Source(Protocol):
         """Its latest ``limit`` recorded runs, newest first."""
         ...
 
+    def recent(self, job_ids: list[str], per_job: int) -> dict[str, list[OutcomeRow]]:
+        """The latest ``per_job`` recorded runs of each job, newest first."""
+        ...
+
     def control(self, operation: str, job_id: str) -> bool | None:
         """Apply one of :data:`OPERATIONS`: whether it applied; ``None`` if unknown id."""
         ...
@@ -128,6 +132,10 @@ class StoreSource:
     def history(self, job_id: str, limit: int) -> list[OutcomeRow]:
         """See :meth:`Source.history`: one read."""
         return self.scheduler.history(job_id, limit)
+
+    def recent(self, job_ids: list[str], per_job: int) -> dict[str, list[OutcomeRow]]:
+        """See :meth:`Source.recent`: :meth:`cadence.store.Store.recent`."""
+        return self.scheduler.store.recent(job_ids, per_job)
 
     def control(self, operation: str, job_id: str) -> bool | None:
         """See :meth:`Source.control`: one transaction."""
@@ -236,6 +244,10 @@ class MemorySource:
         """See :meth:`Source.history`: at most :data:`KEEP`, O(limit)."""
         with self._lock:
             return list(self._outcomes.get(job_id, ()))[:limit]
+
+    def recent(self, job_ids: list[str], per_job: int) -> dict[str, list[OutcomeRow]]:
+        """See :meth:`Source.recent`: O(jobs x per_job)."""
+        return {job_id: self.history(job_id, per_job) for job_id in job_ids}
 
     def control(self, operation: str, job_id: str) -> bool | None:
         """See :meth:`Source.control`: O(log n)."""

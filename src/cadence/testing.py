@@ -271,6 +271,21 @@ class StoreConformance:
         assert [o.task_id for o in store.outcomes("b", 5)] == ["b"]
         store.close()
 
+    def test_recent_gives_each_tasks_latest_outcomes_newest_first(self) -> None:
+        store = self._store()
+        add(store, row("a", 1), row("b", 1), row("c", 1))
+        for at in (2, 3, 4):
+            for claimed in store.claim(NODE, at, 3, LEASE, EVERY):
+                if claimed.task_id != "c":
+                    store.modify_many([done(claimed, at)])
+                    add(store, row(claimed.task_id, at + 0.5))  # its next slot
+        got = store.recent(["a", "b", "c", "nope"], 2)
+        assert sorted(got) == ["a", "b", "c", "nope"]
+        assert [o.finished for o in got["a"]] == [4, 3]
+        assert [o.finished for o in got["b"]] == [4, 3]
+        assert got["c"] == got["nope"] == []
+        store.close()
+
     def test_a_row_that_cannot_be_read_is_listed_and_claimed_as_unreadable(self) -> None:
         store = self._store()
         add(store, row("bad", 1), row("good", 1))

@@ -761,6 +761,25 @@ class PostgresStore(StoreBase):
         )
         return [outcome for found_row in found if (outcome := outcome_from(found_row, _time))]
 
+    def recent(self, task_ids: Sequence[str], per_task: int) -> dict[str, list[OutcomeRow]]:
+        """See :meth:`cadence.store.Store.recent`: one query, an index range per task
+        (a ``LATERAL`` join over the ids)."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT o.* FROM unnest(%s::text[]) AS ids(id), LATERAL (SELECT "
+                f"{_OUTCOME_COLUMNS} FROM {self._p}outcomes WHERE task_id = ids.id ORDER BY "
+                "slot DESC, attempt DESC, fence DESC LIMIT %s) o",
+                (list(task_ids), per_task),
+            ).fetchall(),
+            transaction=False,
+        )
+        got: dict[str, list[OutcomeRow]] = {task_id: [] for task_id in task_ids}
+        for found_row in found:
+            outcome = outcome_from(found_row, _time)
+            if outcome is not None:
+                got[outcome.task_id].append(outcome)
+        return got
+
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`cadence.store.Store.prune`."""
         p = self._p

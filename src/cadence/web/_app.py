@@ -65,6 +65,9 @@ HEADERS = {
 }
 """Headers of every page."""
 
+SPARK = 20
+"""Runs a job's sparkline on the list shows."""
+
 OVERDUE = 60.0
 """Seconds past its next run before a job counts as overdue in the filter."""
 
@@ -172,9 +175,14 @@ class Dashboard:
             request, name, context, status_code=status, headers=HEADERS
         )
 
-    def rows(self, entries: list[Any]) -> list[dict[str, Any]]:
+    def rows(self, entries: list[Any], *, sparks: bool = False) -> list[dict[str, Any]]:
+        """The jobs as the list shows them; with ``sparks``, each with the sparkline of
+        its last :data:`SPARK` runs (one :meth:`Source.recent` read for them all)."""
         now = time.time()
         shown = []
+        recent = (
+            self.source.recent([str(e.info.task_id) for e in entries], SPARK) if sparks else {}
+        )
         for entry in entries:
             info, last = entry.info, entry.last
             tz = job_zone(entry.zone)
@@ -190,13 +198,14 @@ class Dashboard:
                 "error": _first_line(last.error) if last and last.error else "",
                 "schedule": described(info.schedule, tz),
                 "unreadable": entry.unreadable,
+                "spark": _spark(recent.get(str(info.task_id), [])),
             })  # fmt: skip
         return shown
 
     async def jobs_page(self, request: Request) -> Response:
         wanted = request.query_params.get("filter", "")
         search = request.query_params.get("q", "").strip().lower()
-        shown = self.rows(self.source.entries())
+        shown = self.rows(self.source.entries(), sparks=True)
         total = len(shown)
         if wanted == "failed":
             shown = [r for r in shown if r["last"] in ("failed", "retry")]
@@ -413,6 +422,19 @@ async def _note(request: Request) -> str:
 def _first_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[0] if lines else ""
+
+
+def _spark(runs: list[Any]) -> list[dict[str, Any]]:
+    """A sparkline of runs (newest first in, oldest left out): per run a bar whose
+    height is its duration against the longest shown (at least a sliver), and whose
+    colour is its result."""
+    took = [0.0 if o.started is None else max(0.0, o.finished - o.started) for o in runs]
+    top = max(took, default=0.0) or 1.0
+    return [
+        {"x": i * 5, "h": max(2.0, t / top * 16), "result": o.result,
+         "title": f"{o.result} in {t:.3f}s"}
+        for i, (o, t) in enumerate(zip(reversed(runs), reversed(took), strict=True))
+    ]  # fmt: skip
 
 
 def _chart(history: list[dict[str, Any]]) -> dict[str, Any] | None:
