@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo web-demo test lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,12 @@ demo: $(STAMP)
 	$(BIN)/python examples/durable_demo.py
 	@echo
 	$(BIN)/python examples/cli_demo.py
+	@echo
+	$(BIN)/python examples/web_demo.py
+
+# A demo node with its dashboard, left running until Ctrl-C: open the URL it prints.
+web-demo: $(STAMP)
+	$(BIN)/python examples/web_demo.py --keep
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
