@@ -83,9 +83,9 @@ def cadence_drain(directory: str, sync: str, workers: int = 0, group: bool = Tru
     several threads share commits).
     """
     path = _fresh(directory, f"cadence-{sync}.db")
-    _seed(SQLiteStore(path, synchronous="NORMAL"))
+    seed(SQLiteStore(path, synchronous="NORMAL"))
     store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
-    rate = _drain(DurableScheduler(store, group_commit=group, imports=IMPORTS), workers)
+    rate = drain(DurableScheduler(store, group_commit=group, imports=IMPORTS), workers)
     store.close()
     with contextlib.closing(sqlite3.connect(path)) as db:
         _each_once(db.execute("SELECT count(*), count(DISTINCT task_id) FROM cadence_outcomes"))
@@ -99,7 +99,7 @@ def replay_drain(directory: str, sync: str) -> float:
     other on one connection, with no Python between them. What the schema's SQL costs
     by itself; ``cadence, group commit`` beside it is what the scheduler adds."""
     path = _fresh(directory, f"replay-{sync}.db")
-    _seed(SQLiteStore(path, synchronous="NORMAL"))
+    seed(SQLiteStore(path, synchronous="NORMAL"))
     copy = _fresh(directory, f"replay-{sync}-copy.db")
     shutil.copyfile(path, copy)
     traced: list[str] = []
@@ -119,7 +119,7 @@ def replay_drain(directory: str, sync: str) -> float:
     sqlite3.connect = tracing  # type: ignore[assignment]
     try:
         store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
-        _drain(DurableScheduler(store, imports=IMPORTS))
+        drain(DurableScheduler(store, imports=IMPORTS))
         store.close()
     finally:
         sqlite3.connect = connect
@@ -146,7 +146,7 @@ def store_drain(directory: str, sync: str, group: bool = True) -> float:
     BATCH and a ``modify_many`` (one commit) per completion. What the scheduler and runner
     add per run is the rest."""
     path = _fresh(directory, f"store-{sync}.db")
-    _seed(SQLiteStore(path, synchronous="NORMAL"))
+    seed(SQLiteStore(path, synchronous="NORMAL"))
     store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
     known = Known({NOOP}, ())
     done, edits = 0, list[Edit]()
@@ -181,7 +181,7 @@ def _each_once(counted: Any, n: int = N) -> None:
     assert tuple(counted.fetchone()) == (n, n), f"expected {n} tasks each completed once"
 
 
-def _seed(store: Any, n: int = N) -> None:
+def seed(store: Any, n: int = N) -> None:
     """``n`` tasks due now, each to run once (their next slot is centuries away)."""
     setup = DurableScheduler(store, clock=lambda: 0.0)
     for i in range(n):
@@ -189,7 +189,7 @@ def _seed(store: Any, n: int = N) -> None:
     store.close()
 
 
-def _drain(sched: DurableScheduler, workers: int = 0) -> float:
+def drain(sched: DurableScheduler, workers: int = 0) -> float:
     """Runs/s of a Runner (a pool of ``workers`` threads, if any) running N due runs."""
     done = threading.Event()
     count = [0]
@@ -314,9 +314,9 @@ def cadence_pg_drain(group: bool, workers: int = 0) -> float:
 
     assert PG is not None
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
-    _seed(PostgresStore(PG, prefix=prefix))
+    seed(PostgresStore(PG, prefix=prefix))
     store = PostgresStore(PG, prefix=prefix)
-    rate = _drain(DurableScheduler(store, group_commit=group, imports=IMPORTS), workers)
+    rate = drain(DurableScheduler(store, group_commit=group, imports=IMPORTS), workers)
     store.close()
     import psycopg
 
@@ -355,7 +355,7 @@ def cadence_pg_processes(processes: int = 4) -> float:
     assert PG is not None
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
     total = processes * N
-    _seed(PostgresStore(PG, prefix=prefix), total)
+    seed(PostgresStore(PG, prefix=prefix), total)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}
     procs = [
         subprocess.Popen([sys.executable, "-c", _WORKER, PG, prefix], stdin=subprocess.PIPE,

@@ -36,7 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector as _PrometheusCollector
 
 from cadence import Event, EventKind, Scheduler, Status
-from cadence.observe import Source, source
+from cadence.observe import Source, leases_of, source
 from cadence.store import redacted
 
 MAX_JOBS = 1000
@@ -147,7 +147,6 @@ class Collector(_PrometheusCollector):
         )
         try:
             entries = self.source.entries()
-            leases = self.source.leases()
         except Exception:  # any store failure is what this gauge says
             with self._lock:
                 self._store_errors += 1
@@ -198,7 +197,7 @@ class Collector(_PrometheusCollector):
         flight.add_metric([], in_flight)
         holding = GaugeMetricFamily("cadence_leases", "Runs each node holds now.", labels=["node"])
         per_node: dict[str, int] = {}
-        for lease in leases:
+        for lease in leases_of(entries):
             node = redacted(lease.node)
             per_node[node] = per_node.get(node, 0) + 1
             if lease.takeovers:

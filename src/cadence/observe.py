@@ -48,8 +48,9 @@ class Source(Protocol):
     """What the source is, for titles: its store with any password ``***``."""
     durable: bool
 
-    def entries(self) -> list[Entry]:
-        """Every known task with its latest outcome, by id."""
+    def entries(self, *, after: str | None = None, limit: int | None = None) -> list[Entry]:
+        """Every known task with its latest outcome, by id; with ``after``/``limit``,
+        the ``limit`` first whose id sorts after ``after``."""
         ...
 
     def entry(self, job_id: str) -> Entry | None:
@@ -89,6 +90,15 @@ def source(scheduler: Scheduler) -> Source:
     raise TypeError(f"scheduler must be a cadence.Scheduler, got {scheduler!r}")
 
 
+def leases_of(entries: list[Entry]) -> list[Lease]:
+    """The runs held now among ``entries``, by node then task. O(n log n)."""
+    return sorted(
+        Lease(e.owner, str(e.info.task_id), e.due, e.lease_until, e.takeovers)
+        for e in entries
+        if e.owner is not None and e.lease_until is not None and e.due is not None
+    )
+
+
 def status_json(entry: Entry) -> dict[str, Any]:
     """:func:`cadence.report.status_entry` with an id JSON can carry (a memory task id
     that is not a str, int or float is shown as its ``str``)."""
@@ -107,10 +117,11 @@ class StoreSource:
         self.scheduler = scheduler
         self.name = redacted(str(scheduler.store))
 
-    def entries(self) -> list[Entry]:
-        """See :meth:`Source.entries`: one listing query per 10,000 tasks."""
+    def entries(self, *, after: str | None = None, limit: int | None = None) -> list[Entry]:
+        """See :meth:`Source.entries`: one listing query per 10,000 tasks (or ``limit``)."""
+        if limit is not None:
+            return self.scheduler.listing(after=after, limit=limit)
         found: list[Entry] = []
-        after = None
         while True:
             page = self.scheduler.listing(after=after, limit=10_000)
             found += page
@@ -145,12 +156,8 @@ class StoreSource:
         return applied
 
     def leases(self) -> list[Lease]:
-        """See :meth:`Source.leases`: one listing of the unfinished rows."""
-        return sorted(
-            Lease(row.owner, row.task_id, row.due, row.lease_until, row.expiries)
-            for row, _ in self.scheduler.store.page(unfinished=True)
-            if row.owner is not None and row.lease_until is not None
-        )
+        """See :meth:`Source.leases`: one listing of the tasks."""
+        return leases_of(self.entries())
 
     def check(self) -> str | None:
         """See :meth:`Source.check`: one small read."""
@@ -221,9 +228,10 @@ class MemorySource:
             last = kept[0] if kept else None
         return Entry(info, last, None, None)
 
-    def entries(self) -> list[Entry]:
+    def entries(self, *, after: str | None = None, limit: int | None = None) -> list[Entry]:
         """See :meth:`Source.entries`: O(n log n) under the scheduler's lock."""
-        return [self._entry(info) for info in self._infos()]
+        infos = [i for i in self._infos() if after is None or str(i.task_id) > after]
+        return [self._entry(info) for info in infos[:limit]]
 
     def entry(self, job_id: str) -> Entry | None:
         """See :meth:`Source.entry`: O(1) for a task seen before, else O(n)."""

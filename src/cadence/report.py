@@ -67,7 +67,7 @@ def status_entry(entry: Entry) -> dict[str, Any]:
     ``id``, ``status``, ``paused``, ``next``, then ``last`` (result), ``last_at``
     (its run's slot), ``last_started`` (when it ran), ``unreadable`` and ``zone``.
     O(1)."""
-    info, latest, unreadable, zone_name = entry
+    info, latest, unreadable, zone_name = entry.info, entry.last, entry.unreadable, entry.zone
     return {
         "id": info.task_id,
         "status": str(info.status),

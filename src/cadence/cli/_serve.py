@@ -268,7 +268,13 @@ class _View:
             nxt = info.next_run_time
             return (0 if running else 1, float("inf") if nxt is None else nxt)
 
-        for info, last, unreadable, zone_name in sorted(entries, key=order)[:ROWS]:
+        for entry in sorted(entries, key=order)[:ROWS]:
+            info, last, unreadable, zone_name = (
+                entry.info,
+                entry.last,
+                entry.unreadable,
+                entry.zone,
+            )
             tz = job_zone(zone_name)
             nxt = info.next_run_time
             result = last.result if last else "-"

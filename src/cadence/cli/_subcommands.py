@@ -295,7 +295,7 @@ def _check(args: argparse.Namespace) -> int:
 def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, str] | None:
     """``(problem, detail)`` for an unhealthy job, or ``None``: its last run failed for
     good, or its run is overdue past :func:`_grace` (no node is running it)."""
-    info, last, unreadable, zone_name = entry
+    info, last, unreadable, zone_name = entry.info, entry.last, entry.unreadable, entry.zone
     tz = job_zone(zone_name)
     if last is not None and last.result == "failed":
         error = (last.error or "failed").strip().splitlines()

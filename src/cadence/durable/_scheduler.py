@@ -710,7 +710,16 @@ class DurableScheduler(Scheduler):
         if after is not None and not isinstance(after, str):
             raise TypeError(f"after must be a task id (str) or None, got {after!r}")
         return [
-            Entry(self._info(row, last), last, row.unreadable, zone_of(row))
+            Entry(
+                self._info(row, last),
+                last,
+                row.unreadable,
+                zone_of(row),
+                row.owner,
+                row.lease_until,
+                row.expiries,
+                row.due,
+            )
             for row, last in self._store.page(after, limit, unfinished=unfinished)
         ]
 
@@ -1517,6 +1526,14 @@ class Entry(NamedTuple):
     """Why this process cannot read its stored row, or ``None``."""
     zone: str | None = None
     """The zone its times are shown in (``ensure(..., zone=)``), or ``None``."""
+    owner: str | None = None
+    """The node that holds its run now, or ``None``."""
+    lease_until: Time | None = None
+    """When that node's lease runs out, or ``None``."""
+    takeovers: int = 0
+    """How many times a lease of its runs ran out and the run was taken over."""
+    due: Time | None = None
+    """The time of its current run (while one is held: the run the lease is for)."""
 
 
 def zone_of(row: TaskRow) -> str | None:

@@ -16,10 +16,12 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from markupsafe import Markup, escape
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from starlette.applications import Starlette
@@ -35,6 +37,7 @@ from cadence.report import (
     described,
     history_entry,
     job_zone,
+    local_zone,
     next_runs,
     printable,
     ran_at,
@@ -67,6 +70,16 @@ HEADERS = {
 
 SPARK = 20
 """Runs a job's sparkline on the list shows."""
+
+RESULTS = frozenset({"ok", "retry", "failed", "cancelled"})
+"""The results a store records (any other text is escaped before it is drawn)."""
+
+PAGE_ROWS = 100
+"""Jobs the list shows on one page (a link gives the next)."""
+
+FRESH = 1.0
+"""Seconds a rendered live part is served again to other pages asking for it: open
+pages poll every second, and N of them then cost the node one render, not N."""
 
 OVERDUE = 60.0
 """Seconds past its next run before a job counts as overdue in the filter."""
@@ -154,6 +167,29 @@ class Dashboard:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         self.notes: dict[str, dict[str, Any]] = {}  # job id -> its pause note, for everyone
+        self._rendered: dict[tuple[str, str, bool], tuple[float, Response]] = {}
+
+    def _shared(self, handler: Callable[[Request], Awaitable[Response]]) -> Any:
+        """``handler`` whose live part (``?fragment=1``), once rendered, is served again
+        for :data:`FRESH` s to every page asking for the same one (the same path, query
+        and access): a node's cost is one render per poll period, whatever the number
+        of open pages. A control clears them all."""
+
+        async def shared(request: Request) -> Response:
+            if request.query_params.get("fragment") != "1":
+                return await handler(request)
+            key = (request.url.path, request.url.query, self.access.logged_in(request))
+            now = time.monotonic()
+            cached = self._rendered.get(key)
+            if cached is not None and now - cached[0] < FRESH:
+                return cached[1]
+            response = await handler(request)
+            if len(self._rendered) > 1000:  # many distinct queries: start again
+                self._rendered.clear()
+            self._rendered[key] = (now, response)
+            return response
+
+        return shared
 
     def page(
         self, request: Request, name: str, context: dict[str, Any], status: int = 200
@@ -179,20 +215,21 @@ class Dashboard:
         """The jobs as the list shows them; with ``sparks``, each with the sparkline of
         its last :data:`SPARK` runs (one :meth:`Source.recent` read for them all)."""
         now = time.time()
+        here = local_zone()  # once, not per job: it asks the OS
         shown = []
         recent = (
             self.source.recent([str(e.info.task_id) for e in entries], SPARK) if sparks else {}
         )
         for entry in entries:
             info, last = entry.info, entry.last
-            tz = job_zone(entry.zone)
+            tz = here if entry.zone is None else job_zone(entry.zone)
             nxt = info.next_run_time
             shown.append({
                 "id": str(info.task_id),
                 "status": str(info.status),
                 "paused": info.paused,
                 "next": time_shown(nxt, tz),
-                "overdue": nxt is not None and not info.paused and nxt < now - OVERDUE,
+                "overdue": _overdue(info, now),
                 "last": last.result if last else None,
                 "last_time": time_shown(ran_at(last), tz) if last else "-",
                 "error": _first_line(last.error) if last and last.error else "",
@@ -203,20 +240,28 @@ class Dashboard:
         return shown
 
     async def jobs_page(self, request: Request) -> Response:
+        """Every job, :data:`PAGE_ROWS` a page (``?after=ID`` for the next), or those
+        a filter (failed, paused, overdue) or a search of ids keeps. Unfiltered, one
+        page of the store's listing is read; filtered, the whole listing."""
         wanted = request.query_params.get("filter", "")
         search = request.query_params.get("q", "").strip().lower()
-        shown = self.rows(self.source.entries(), sparks=True)
-        total = len(shown)
-        if wanted == "failed":
-            shown = [r for r in shown if r["last"] in ("failed", "retry")]
-        elif wanted == "paused":
-            shown = [r for r in shown if r["paused"]]
-        elif wanted == "overdue":
-            shown = [r for r in shown if r["overdue"]]
-        if search:
-            shown = [r for r in shown if search in r["id"].lower()]
-        return self.page(request, "jobs.html",
-                    {"rows": shown, "total": total, "filter": wanted, "q": search})  # fmt: skip
+        after = request.query_params.get("after") or None
+        if wanted or search:
+            entries = [
+                e for e in self.source.entries()
+                if _kept(e, wanted, time.time()) and search in str(e.info.task_id).lower()
+            ]  # fmt: skip
+            total: int | None = len(entries)
+            entries = [e for e in entries if after is None or str(e.info.task_id) > after]
+        else:
+            entries, total = self.source.entries(after=after, limit=PAGE_ROWS + 1), None
+        more = len(entries) > PAGE_ROWS
+        entries = entries[:PAGE_ROWS]
+        return self.page(request, "jobs.html", {
+            "rows": self.rows(entries, sparks=True), "total": total, "filter": wanted,
+            "q": search, "after": after,
+            "next_after": str(entries[-1].info.task_id) if more else None,
+        })  # fmt: skip
 
     async def job_page(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -331,6 +376,7 @@ class Dashboard:
             return JSONResponse({"error": refused[1]}, refused[0])
         note = await _note(request)
         applied = self.source.control(operation, job_id)
+        self._rendered.clear()  # the next poll shows the change
         who = f"{request.state.who} from {_client(request)}"
         if applied is None:
             return _unknown(job_id)
@@ -366,10 +412,10 @@ class Dashboard:
     def app(self) -> Starlette:
         """The Starlette app serving these handlers."""
         routes = [
-            Route("/", self.jobs_page),
-            Route("/jobs/{job_id:path}", self.job_page),
-            Route("/failures", self.failures_page),
-            Route("/nodes", self.nodes_page),
+            Route("/", self._shared(self.jobs_page)),
+            Route("/jobs/{job_id:path}", self._shared(self.job_page)),
+            Route("/failures", self._shared(self.failures_page)),
+            Route("/nodes", self._shared(self.nodes_page)),
             Route("/login", self.login_page, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self.logout, methods=["POST"]),
@@ -424,17 +470,44 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
-def _spark(runs: list[Any]) -> list[dict[str, Any]]:
-    """A sparkline of runs (newest first in, oldest left out): per run a bar whose
-    height is its duration against the longest shown (at least a sliver), and whose
-    colour is its result."""
+def _spark(runs: list[Any]) -> Markup:
+    """A sparkline of runs (newest first in, oldest left out), as inline SVG: per run
+    a bar whose height is its duration against the longest shown (at least a sliver)
+    and whose colour is its result. Built here rather than in the template: a list of
+    a thousand jobs would otherwise escape twenty attributes a bar."""
+    if not runs:
+        return Markup("")
     took = [0.0 if o.started is None else max(0.0, o.finished - o.started) for o in runs]
-    top = max(took, default=0.0) or 1.0
-    return [
-        {"x": i * 5, "h": max(2.0, t / top * 16), "result": o.result,
-         "title": f"{o.result} in {t:.3f}s"}
-        for i, (o, t) in enumerate(zip(reversed(runs), reversed(took), strict=True))
-    ]  # fmt: skip
+    top = max(took) or 1.0
+    bars = []
+    for i, (o, t) in enumerate(zip(reversed(runs), reversed(took), strict=True)):
+        height = max(2.0, t / top * 16)
+        result = o.result if o.result in RESULTS else escape(o.result)  # stored text
+        bars.append(
+            f'<rect class="{result}" x="{i * 5}" y="{18 - height:.1f}" width="4" '
+            f'height="{height:.1f}"><title>{result} in {t:.3f}s</title></rect>'
+        )
+    return Markup(
+        f'<svg width="100" height="18" viewBox="0 0 100 18" role="img" '
+        f'aria-label="the last {len(runs)} runs">{"".join(bars)}</svg>'
+    )
+
+
+def _overdue(info: Any, now: float) -> bool:
+    """Whether a job's next run is more than :data:`OVERDUE` s past and not paused."""
+    nxt = info.next_run_time
+    return nxt is not None and not info.paused and nxt < now - OVERDUE
+
+
+def _kept(entry: Any, wanted: str, now: float) -> bool:
+    """Whether the list's filter ``wanted`` keeps ``entry``."""
+    if wanted == "failed":
+        return entry.last is not None and entry.last.result in ("failed", "retry")
+    if wanted == "paused":
+        return bool(entry.info.paused)
+    if wanted == "overdue":
+        return _overdue(entry.info, now)
+    return True
 
 
 def _chart(history: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -1,0 +1,264 @@
+"""The dashboard's cost: page, API and scrape latency on a large store, and what open
+pages cost a node's runs.
+
+Run: ``python tests/postgres_server.py -- python bench/web.py`` (writes
+``bench/results/web.md`` and ``.json``; without a server, SQLite only).
+
+* **Latency**: a store of ``JOBS`` (1,000) fixed-rate tasks and ``OUTCOMES``
+  (10^6) recorded runs, 1,000 per task, on SQLite and on PostgreSQL, served
+  by ``cadence web``'s app (uvicorn, in this process, on loopback); 100
+  requests of each of ``/``, ``/api/jobs``, a job's page and ``/metrics``
+  over one keep-alive connection, p50 and p99. Targets: the jobs page and
+  the API under 200 ms at p99, a job page under 100 ms, a scrape under 50 ms.
+* **Open pages**: ``bench/durable.py``'s drain (a Runner draining N due
+  no-op runs from SQLite, group commit, ``synchronous=NORMAL``) while the
+  same process serves its dashboard to ``PAGES`` (5) open jobs pages, each
+  polling the live fragment once a second as the page does, beside the same
+  drain with no dashboard, alternated ``ROUNDS`` times. Target: under 2 % of
+  the runs lost.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import sqlite3
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from durable import IMPORTS, NOOP, N, drain, seed
+from harness import machine
+
+from cadence import DurableScheduler, FixedRate
+from cadence.store import SQLiteStore
+from cadence.web import Server, asgi_app
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = int(os.environ.get("JOBS", "1000"))
+OUTCOMES = int(os.environ.get("OUTCOMES", "1000000"))
+REQUESTS = 100
+PAGES = 5
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+PG = os.environ.get("CADENCE_PG_DSN")
+PATHS = {"jobs page": "/", "api jobs": "/api/jobs", "job page": f"/jobs/job-{JOBS // 2:04}",
+         "metrics": "/metrics"}  # fmt: skip
+TARGETS_MS = {"jobs page": 200, "api jobs": 200, "job page": 100, "metrics": 50}
+
+
+def fill(sched: DurableScheduler, insert: Any) -> None:
+    """``JOBS`` tasks, then ``OUTCOMES`` outcomes spread over them (one in 20 failed)."""
+    for i in range(JOBS):
+        sched.schedule(f"job-{i:04}", FixedRate(3600), NOOP)
+    per_task = OUTCOMES // JOBS
+    base = time.time() - per_task * 3600
+    batch: list[tuple[Any, ...]] = []
+    for i in range(JOBS):
+        for k in range(per_task):
+            slot = base + k * 3600
+            failed = k % 20 == 0
+            batch.append((
+                f"job-{i:04}", slot, 0, 1, slot, "failed" if failed else "ok",
+                "RuntimeError: upstream timed out" if failed else None,
+                slot + 0.002, slot + 0.05, 0, "bench-node", None,
+            ))  # fmt: skip
+            if len(batch) == 50_000:
+                insert(batch)
+                batch = []
+    if batch:
+        insert(batch)
+
+
+def latencies(url: str) -> dict[str, dict[str, float]]:
+    """p50 and p99 (ms) of ``REQUESTS`` GETs of each path, over one keep-alive connection."""
+    host, port = url.removeprefix("http://").rstrip("/").split(":")
+    found = {}
+    for name, path in PATHS.items():
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        times = []
+        for _ in range(REQUESTS + 5):
+            start = time.perf_counter()
+            connection.request("GET", path)
+            response = connection.getresponse()
+            response.read()
+            times.append(time.perf_counter() - start)
+            assert response.status == 200, (path, response.status)
+        connection.close()
+        times = sorted(times[5:])  # the first few warm caches up
+        found[name] = {
+            "p50_ms": statistics.median(times) * 1000,
+            "p99_ms": times[int(len(times) * 0.99) - 1] * 1000,
+        }
+    return found
+
+
+def serve(sched: DurableScheduler) -> Server:
+    server = Server(asgi_app(sched, runs=True), "127.0.0.1", 0)
+    server.start()
+    return server
+
+
+def sqlite_latency(directory: str) -> dict[str, dict[str, float]]:
+    path = os.path.join(directory, "web.db")
+    store = SQLiteStore(path, synchronous="NORMAL")
+    sched = DurableScheduler(store)
+
+    def insert(rows: list[tuple[Any, ...]]) -> None:
+        with sqlite3.connect(path) as db:
+            db.executemany(f"INSERT INTO cadence_outcomes VALUES ({', '.join('?' * 12)})", rows)
+
+    fill(sched, insert)
+    server = serve(DurableScheduler(SQLiteStore(path)))
+    try:
+        return latencies(server.url)
+    finally:
+        server.stop()
+        store.close()
+
+
+def pg_latency() -> dict[str, dict[str, float]] | None:
+    if PG is None:
+        return None
+    import psycopg
+
+    from cadence.store import PostgresStore
+
+    prefix = f"benchweb{uuid.uuid4().hex[:8]}_"
+    store = PostgresStore(PG, prefix=prefix)
+    sched = DurableScheduler(store)
+
+    def insert(rows: list[tuple[Any, ...]]) -> None:
+        with (
+            psycopg.connect(PG) as db,
+            db.cursor() as cursor,
+            cursor.copy(f"COPY {prefix}outcomes FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
+
+    fill(sched, insert)
+    with psycopg.connect(PG, autocommit=True) as db:
+        db.execute(f"ANALYZE {prefix}outcomes")
+    server = serve(DurableScheduler(PostgresStore(PG, prefix=prefix)))
+    try:
+        return latencies(server.url)
+    finally:
+        server.stop()
+        store.close()
+        with psycopg.connect(PG, autocommit=True) as db:
+            for table in ("tasks", "outcomes", "meta"):
+                db.execute(f"DROP TABLE IF EXISTS {prefix}{table}")
+            db.execute(f"DROP SEQUENCE IF EXISTS {prefix}seq")
+
+
+def drained(directory: str, pages: int) -> float:
+    """Runs/s of the drain, its process serving its dashboard to ``pages`` open pages."""
+    path = os.path.join(directory, f"drain-{pages}.db")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    seed(SQLiteStore(path, synchronous="NORMAL"))
+    sched = DurableScheduler(SQLiteStore(path, synchronous="NORMAL"), imports=IMPORTS)
+    server = serve(sched) if pages else None
+    stop = threading.Event()
+
+    def page() -> None:  # an open jobs page: its live part, once a second
+        assert server is not None
+        host, port = server.url.removeprefix("http://").rstrip("/").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        while not stop.is_set():
+            connection.request("GET", "/?fragment=1")
+            connection.getresponse().read()
+            stop.wait(1.0)
+        connection.close()
+
+    viewers = [threading.Thread(target=page) for _ in range(pages)]
+    for viewer in viewers:
+        viewer.start()
+    try:
+        return drain(sched)
+    finally:
+        stop.set()
+        for viewer in viewers:
+            viewer.join()
+        if server is not None:
+            server.stop()
+        sched.store.close()
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        results: dict[str, Any] = {
+            "machine": machine(),
+            "jobs": JOBS, "outcomes": OUTCOMES, "requests": REQUESTS,
+        }  # fmt: skip
+        print(f"filling SQLite with {JOBS} jobs and {OUTCOMES} outcomes ...", flush=True)
+        results["sqlite"] = sqlite_latency(directory)
+        print(json.dumps(results["sqlite"]), flush=True)
+        if PG is not None:
+            print("... and PostgreSQL", flush=True)
+        results["postgres"] = pg_latency()
+        print(json.dumps(results["postgres"]), flush=True)
+        alone, watched = [], []
+        for _ in range(ROUNDS):  # alternated, so drift of the machine hits both
+            alone.append(drained(directory, 0))
+            watched.append(drained(directory, PAGES))
+        results["drain"] = {"runs": N, "pages": PAGES, "alone": alone, "watched": watched}
+        print(json.dumps(results["drain"]), flush=True)
+    write(results)
+
+
+def write(results: dict[str, Any]) -> None:
+    out = ROOT / "bench" / "results"
+    (out / "web.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = [
+        "# The dashboard's cost",
+        "",
+        f"`python tests/postgres_server.py -- python bench/web.py` on {results['machine']}.",
+        f"A store of {results['jobs']:,} jobs and {results['outcomes']:,} recorded runs; "
+        f"{results['requests']} GETs of each path over one keep-alive connection, served by "
+        "uvicorn in the measuring process on loopback.",
+        "",
+        "| path | store | p50 | p99 | target (p99) | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for store in ("sqlite", "postgres"):
+        figures = results.get(store)
+        if not figures:
+            lines.append(f"| (all) | {store} | not measured: no server | | | |")
+            continue
+        for name, got in figures.items():
+            target = TARGETS_MS[name]
+            verdict = "met" if got["p99_ms"] < target else "**missed**"
+            lines.append(f"| `{PATHS[name]}` | {store} | {got['p50_ms']:.1f} ms | "
+                         f"{got['p99_ms']:.1f} ms | < {target} ms | {verdict} |")  # fmt: skip
+    d = results["drain"]
+    alone, watched = statistics.median(d["alone"]), statistics.median(d["watched"])
+    lost = 1 - watched / alone
+    lines += [
+        "",
+        f"A node's runs with {d['pages']} open pages: `bench/durable.py`'s drain of "
+        f"{d['runs']:,} no-op runs (SQLite, group commit, NORMAL), the process serving its "
+        f"dashboard to {d['pages']} jobs pages that fetch their live part once a second, "
+        "beside the same drain with no dashboard, alternated; medians of "
+        f"{len(d['alone'])} rounds.",
+        "",
+        "| drain | runs/s (each round) | median |",
+        "|---|---|---|",
+        f"| no dashboard | {', '.join(f'{r:,.0f}' for r in d['alone'])} | {alone:,.0f} |",
+        f"| {d['pages']} open pages | {', '.join(f'{r:,.0f}' for r in d['watched'])} | "
+        f"{watched:,.0f} |",
+        "",
+        f"Runs lost to the open pages: {lost:.1%} (target: under 2 %).",
+    ]
+    (out / "web.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
