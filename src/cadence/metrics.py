@@ -27,12 +27,12 @@ the order runs reported them) get a series each; the rest are folded into
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector as _PrometheusCollector
 
 from cadence import Event, EventKind, Scheduler, Status
@@ -73,23 +73,10 @@ class Collector(_PrometheusCollector):
         self._lock = threading.Lock()
         self._store_errors = 0
         self._last_ok: dict[str, float | None] = {}
-        self._own = CollectorRegistry(auto_describe=True)
-        self._runs = Counter(
-            "cadence_runs", "Runs of this process, by job and result (ok, retry, failed, "
-            "cancelled).", ["job", "result"], registry=self._own,
-        )  # fmt: skip
-        self._duration = Histogram(
-            "cadence_run_duration_seconds", "How long this process's runs took.", ["job"],
-            buckets=DURATION_BUCKETS, registry=self._own,
-        )  # fmt: skip
-        self._lag = Histogram(
-            "cadence_run_lag_seconds", "How late this process's runs started (start minus "
-            "slot).", ["job"], buckets=LAG_BUCKETS, registry=self._own,
-        )  # fmt: skip
-        self._skipped = Counter(
-            "cadence_slots_skipped", "Slots that never ran, by job and reason (misfire: "
-            "its misfire policy skipped them).", ["job", "reason"], registry=self._own,
-        )  # fmt: skip
+        self._runs: dict[tuple[str, str], int] = {}  # (job, result) -> runs
+        self._skipped: dict[str, int] = {}  # job -> slots skipped by misfire
+        self._durations = _Tallies(DURATION_BUCKETS)
+        self._lags = _Tallies(LAG_BUCKETS)
         self._unlisten = None
         if runs and self._scheduler is not None:
             self._unlisten = self._scheduler.add_listener(
@@ -106,6 +93,8 @@ class Collector(_PrometheusCollector):
     def _job(self, task_id: object) -> str:
         """The ``job`` label of a task: its id, or :data:`OTHER` past the cap."""
         job = str(task_id)
+        if len(self._labels) >= self._max_jobs and job not in self._labels:
+            return OTHER  # (read without the lock: the set only grows, to the cap)
         with self._lock:
             if job in self._labels:
                 return job
@@ -115,21 +104,27 @@ class Collector(_PrometheusCollector):
         return OTHER
 
     def _on_outcome(self, event: Event) -> None:
+        """Count one of this process's runs. On the run's path, so plain tallies under
+        one lock (about 3 us), turned into series only when scraped."""
         outcome = event.outcome
         if outcome is None or self._scheduler is None:
             return
         job = self._job(outcome.task_id)
-        cancelled = type(outcome.error).__name__ == "RunCancelled"
-        self._runs.labels(job, "cancelled" if cancelled else str(outcome.result)).inc()
+        error = outcome.error
+        result = "cancelled" if type(error).__name__ == "RunCancelled" else str(outcome.result)
         try:
-            took = max(0.0, float(self._scheduler.clock()) - float(outcome.started))
+            took: float | None = float(self._scheduler.clock()) - float(outcome.started)
         except Exception:  # a failing clock costs a duration sample, never the run
             took = None
-        if took is not None:
-            self._duration.labels(job).observe(took)
-        self._lag.labels(job).observe(max(0.0, float(outcome.lag)))
-        if outcome.skipped:
-            self._skipped.labels(job, "misfire").inc(outcome.skipped)
+        lag = float(outcome.lag)
+        with self._lock:
+            key = (job, result)
+            self._runs[key] = self._runs.get(key, 0) + 1
+            if took is not None:
+                self._durations.add(job, took)
+            self._lags.add(job, lag)
+            if outcome.skipped:
+                self._skipped[job] = self._skipped.get(job, 0) + outcome.skipped
 
     def describe(self) -> Iterable[Any]:
         """Nothing: the series are only known at scrape time."""
@@ -137,8 +132,31 @@ class Collector(_PrometheusCollector):
 
     def collect(self) -> Iterator[Any]:
         """The series, this process's runs first, then the store's state."""
-        yield from self._own.collect()
+        yield from self._own_runs()
         yield from self._store_state()
+
+    def _own_runs(self) -> Iterator[Any]:
+        runs = CounterMetricFamily(
+            "cadence_runs", "Runs of this process, by job and result (ok, retry, failed, "
+            "cancelled).", labels=["job", "result"],
+        )  # fmt: skip
+        skipped = CounterMetricFamily(
+            "cadence_slots_skipped", "Slots that never ran, by job and reason (misfire: its "
+            "misfire policy skipped them).", labels=["job", "reason"],
+        )  # fmt: skip
+        with self._lock:
+            for (job, result), count in sorted(self._runs.items()):
+                runs.add_metric([job, result], count)
+            for job, count in sorted(self._skipped.items()):
+                skipped.add_metric([job, "misfire"], count)
+            durations = self._durations.family(
+                "cadence_run_duration_seconds", "How long this process's runs took."
+            )
+            lags = self._lags.family(
+                "cadence_run_lag_seconds",
+                "How late this process's runs started (start minus slot).",
+            )
+        yield from (runs, durations, lags, skipped)
 
     def _store_state(self) -> Iterator[Any]:
         up = GaugeMetricFamily("cadence_store_up", "1 while the store answers, else 0.")
@@ -217,3 +235,31 @@ class Collector(_PrometheusCollector):
             found = next((o for o in history if o.result == "ok"), None)
             self._last_ok[job] = None if found is None else float(found.finished)
         return self._last_ok[job]
+
+
+class _Tallies:
+    """One histogram per job, as bucket counts (not cumulative), a sum and a count:
+    an ``add`` is a bisection and three additions (the caller holds the lock)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.jobs: dict[str, list[float]] = {}  # job -> [bucket counts..., +Inf, sum]
+
+    def add(self, job: str, value: float) -> None:
+        tally = self.jobs.get(job)
+        if tally is None:
+            tally = self.jobs[job] = [0.0] * (len(self.bounds) + 2)
+        value = max(0.0, value)
+        tally[bisect.bisect_left(self.bounds, value)] += 1  # le: a value on a bound is in it
+        tally[-1] += value
+
+    def family(self, name: str, documentation: str) -> HistogramMetricFamily:
+        """The histograms, cumulative, as ``prometheus_client`` exposes one."""
+        family = HistogramMetricFamily(name, documentation, labels=["job"])
+        for job, tally in sorted(self.jobs.items()):
+            cumulative, buckets = 0.0, []
+            for bound, count in zip((*map(str, self.bounds), "+Inf"), tally[:-1], strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            family.add_metric([job], buckets, sum_value=tally[-1])
+        return family

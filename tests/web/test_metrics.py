@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import cadence.metrics
-from cadence import FixedRate, ManualClock, Scheduler
+from cadence import DurableScheduler, FixedRate, ManualClock, Scheduler
+from cadence.store import MemoryStore, StoreError
 from tests.web.test_mounting import WEB
 
 
@@ -64,3 +65,33 @@ def test_runs_gauges_and_the_job_label_cap() -> None:
     clock.advance(10)
     scheduler.tick(clock())
     assert samples(registry)[("cadence_runs_total", (("job", "a"), ("result", "ok")))] == 2
+
+
+class _Down(MemoryStore):
+    """A store that stopped answering (its server went away) after it was opened."""
+
+    down = False
+
+    def page(self, *args: Any, **kwargs: Any) -> Any:
+        if self.down:
+            raise StoreError("could not connect to server: Connection refused")
+        return super().page(*args, **kwargs)
+
+
+def test_a_store_that_stops_answering_is_a_503_and_a_gauge_not_a_crash() -> None:
+    from starlette.testclient import TestClient
+
+    import cadence.web
+
+    store = _Down()
+    client = TestClient(cadence.web.asgi_app(DurableScheduler(store)))
+    assert client.get("/healthz").json() == {"ok": True}
+    store.down = True
+    answer = client.get("/healthz")
+    assert answer.status_code == 503
+    assert answer.json() == {"ok": False, "reason": "StoreError: could not connect to server: "
+                             "Connection refused"}  # fmt: skip
+    scraped = {(s.name, s.value) for f in text_string_to_metric_families(
+        client.get("/metrics").text) for s in f.samples}  # fmt: skip
+    assert ("cadence_store_up", 0.0) in scraped
+    assert ("cadence_store_errors_total", 1.0) in scraped
