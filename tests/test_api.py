@@ -9,7 +9,10 @@ import pytest
 
 import cadence
 
-PUBLIC_MODULES = {"cron", "misfire", "retry", "schedules", "store", "durable", "cli", "testing"}
+PUBLIC_MODULES = {
+    "cron", "misfire", "retry", "schedules", "store", "durable", "cli", "testing", "report",
+    "observe", "metrics", "web",
+}  # fmt: skip
 CORE_MODULES = ["_engine.py", "_queue.py", "_types.py", "_validate.py", "_scheduler.py",
                 "_policy.py", "schedules.py", "misfire.py", "_calls.py"]  # fmt: skip
 FORBIDDEN = {"time", "threading", "asyncio", "concurrent", "random", "datetime"}
@@ -27,8 +30,8 @@ def test_all_is_exactly_the_public_names() -> None:
     assert sorted(cadence.__all__) == sorted(
         ["AsyncRunner", "Backoff", "Cursor", "DurableScheduler", "Event", "EventKind",
          "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Result",
-         "RetryPolicy", "RunContext", "RunOutcome", "Runner", "Schedule", "Scheduler", "Stats",
-         "StatsSnapshot", "Status", "TaskInfo"]
+         "RetryPolicy", "RunCancelled", "RunContext", "RunOutcome", "Runner", "Schedule",
+         "Scheduler", "Stats", "StatsSnapshot", "Status", "TaskInfo"]
     )  # fmt: skip
     public = {name for name in dir(cadence) if not name.startswith("_")}
     assert public - PUBLIC_MODULES == set(cadence.__all__)
