@@ -196,7 +196,7 @@ class Dashboard:
     ) -> Response:
         fragment = request.query_params.get("fragment") == "1"
         if fragment:  # the live part alone, which the page fetches again every second
-            name = name.replace(".html", "_live.html")
+            name = context.get("live") or name.replace(".html", "_live.html")
         context = {
             "base": request.scope.get("root_path", "").rstrip("/"),
             "title": self.source.name,
@@ -304,7 +304,9 @@ class Dashboard:
              "time": time_shown(ran_at(e.last), job_zone(e.zone)), "error": e.last.error or ""}
             for e in failed if e.last
         ]  # fmt: skip
-        return self.page(request, "failures.html", {"rows": shown})
+        return self.page(request, "live.html", {
+            "rows": shown, "heading": "Failures", "live": "failures_live.html",
+        })  # fmt: skip
 
     async def nodes_page(self, request: Request) -> Response:
         leases = self.source.leases()
@@ -314,7 +316,10 @@ class Dashboard:
                 "id": lease.task_id, "due": time_shown(lease.due, job_zone(None)),
                 "until": time_shown(lease.until, job_zone(None)), "takeovers": lease.takeovers,
             })  # fmt: skip
-        return self.page(request, "nodes.html", {"nodes": nodes, "durable": self.source.durable})
+        return self.page(request, "live.html", {
+            "nodes": nodes, "durable": self.source.durable, "heading": "Nodes",
+            "live": "nodes_live.html",
+        })  # fmt: skip
 
     async def login_page(self, request: Request) -> Response:
         if self.access.token is None:
