@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,6 +13,14 @@ import pytest
 from cadence import ManualClock, Scheduler
 
 START = 1000
+
+# A suite started in the background by a non-interactive shell (`make test &`, nohup, some
+# CI runners) inherits SIGINT ignored, and so would every process it starts: a child
+# Python then installs no KeyboardInterrupt handler, and the tests that press Ctrl-C in
+# a child wait for it forever. The default, as in a terminal; children get it too
+# (a handler, unlike SIG_IGN, does not survive exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
