@@ -264,6 +264,7 @@ class Dashboard:
         })  # fmt: skip
 
     async def job_page(self, request: Request) -> Response:
+        """``GET /jobs/{id}``: one job (404 if unknown). Three reads and one history read."""
         job_id = request.path_params["job_id"]
         entry = self.source.entry(job_id)
         if entry is None:
@@ -295,6 +296,7 @@ class Dashboard:
         })  # fmt: skip
 
     async def failures_page(self, request: Request) -> Response:
+        """``GET /failures``: each job whose latest run failed or is retried, newest first."""
         failed = [
             e for e in self.source.entries() if e.last and e.last.result in ("failed", "retry")
         ]
@@ -309,6 +311,7 @@ class Dashboard:
         })  # fmt: skip
 
     async def nodes_page(self, request: Request) -> Response:
+        """``GET /nodes``: the runs each node holds now. One listing."""
         leases = self.source.leases()
         nodes: dict[str, list[dict[str, Any]]] = {}
         for lease in leases:
@@ -322,11 +325,13 @@ class Dashboard:
         })  # fmt: skip
 
     async def login_page(self, request: Request) -> Response:
+        """``GET /login``: the form that grants the controls (a redirect without a token)."""
         if self.access.token is None:
             return RedirectResponse(_base(request) + "/", 303)
         return self.page(request, "login.html", {"wrong": False, "next": _next(request)})
 
     async def login(self, request: Request) -> Response:
+        """``POST /login``: the token checked in constant time; the session cookie set."""
         if self.access.token is None:
             return RedirectResponse(_base(request) + "/", 303)
         if _cross_origin(request):
@@ -344,20 +349,24 @@ class Dashboard:
         return response
 
     async def logout(self, request: Request) -> Response:
+        """``POST /logout``: the session cookie cleared."""
         response = RedirectResponse(_base(request) + "/", 303)
         response.delete_cookie(SESSION, path=_base(request) + "/")
         return response
 
     async def api_jobs(self, request: Request) -> Response:
+        """``GET /api/jobs``: the array of ``cadence status --json``. One listing."""
         return JSONResponse([status_json(e) for e in self.source.entries()])
 
     async def api_job(self, request: Request) -> Response:
+        """``GET /api/jobs/{id}``: one of those objects; 404 if unknown."""
         entry = self.source.entry(request.path_params["job_id"])
         if entry is None:
             return _unknown(request.path_params["job_id"])
         return JSONResponse(status_json(entry))
 
     async def api_history(self, request: Request) -> Response:
+        """``GET /api/jobs/{id}/history?limit=N``: ``cadence history --json``; 404, 400."""
         job_id = request.path_params["job_id"]
         raw = request.query_params.get("limit", "20")
         try:
@@ -371,6 +380,8 @@ class Dashboard:
         return JSONResponse([history_entry(o) for o in self.source.history(job_id, limit)])
 
     async def api_control(self, request: Request) -> Response:
+        """``POST /api/jobs/{id}/{operation}``: 200 with the job, 404, 409, or 401/403
+        as :class:`Access` says; one log line. One transaction."""
         job_id, operation = request.path_params["job_id"], request.path_params["operation"]
         if operation not in OPERATIONS:
             return JSONResponse({"error": f"no operation {operation!r}"}, 404)
@@ -406,9 +417,11 @@ class Dashboard:
         return JSONResponse(body)
 
     async def metrics(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus text 0.0.4 (see :class:`cadence.metrics.Collector`)."""
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
     async def healthz(self, request: Request) -> Response:
+        """``GET /healthz``: 200 while the store answers, else 503 with the reason."""
         problem = self.source.check()
         if problem is None:
             return JSONResponse({"ok": True})
