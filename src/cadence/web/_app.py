@@ -77,9 +77,11 @@ RESULTS = frozenset({"ok", "retry", "failed", "cancelled"})
 PAGE_ROWS = 100
 """Jobs the list shows on one page (a link gives the next)."""
 
-FRESH = 1.0
+FRESH = 0.5
 """Seconds a rendered live part is served again to other pages asking for it: open
-pages poll every second, and N of them then cost the node one render, not N."""
+pages poll every second, and N of them then cost the node at most two renders a
+second, not N; an outcome still shows within a poll plus this (1.5 s < the 2 s
+bound)."""
 
 OVERDUE = 60.0
 """Seconds past its next run before a job counts as overdue in the filter."""
