@@ -57,6 +57,12 @@ def printable(text: str) -> str:
     return text if text.isprintable() else text.encode("unicode_escape").decode()
 
 
+def first_line(text: str | None, empty: str = "") -> str:
+    """The first line of a stored error (``exit status 3: ...``), ``empty`` if none. O(len)."""
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else empty
+
+
 def ran_at(last: OutcomeRow) -> float:
     """When a recorded run ran: when it started (its slot if it never did). O(1)."""
     return last.at if last.started is None else last.started

@@ -84,6 +84,13 @@ class Cli:
     def wait(self, done: Callable[[], bool], timeout: float = 20) -> None:
         wait_until(done, timeout)
 
+    def kill_all(self) -> None:
+        """Kill every process it started that still runs, and reap them all."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=30)
+
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Iterator[Cli]:
@@ -91,10 +98,7 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
     try:
         yield c
     finally:
-        for proc in c.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate(timeout=30)
+        c.kill_all()
 
 
 def _task(cli: Cli, task_id: str) -> dict[str, Any]:

@@ -55,10 +55,7 @@ def store_cli(request: pytest.FixtureRequest, cli: Cli) -> Iterator[Cli]:
     try:
         yield cli
     finally:
-        for proc in cli.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
+        cli.kill_all()  # before its database is dropped
         with psycopg.connect(dsn, autocommit=True) as db:
             db.execute(f"DROP DATABASE {dbname} WITH (FORCE)")
 

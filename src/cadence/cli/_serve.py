@@ -25,7 +25,7 @@ from cadence.cli._notify import Notifier
 from cadence.cli._secrets import ScrubFormatter
 from cadence.cli._subcommands import CliError, bind
 from cadence.durable import DurableScheduler, Entry, resolve_path
-from cadence.report import job_zone, printable, ran_at
+from cadence.report import first_line, job_zone, printable, ran_at
 from cadence.store import StoreError
 
 log = logging.getLogger("cadence.cli")
@@ -290,21 +290,20 @@ class _View:
         failed = [e for e in entries if e.last is not None and e.last.result == "failed"]
         failed.sort(key=lambda e: e.last.finished if e.last else 0, reverse=True)
         if failed:  # the newest first, each with its error's first line
-            table.caption = "latest failures: " + "; ".join(
-                f"{printable(str(e.info.task_id))}: {_first_line(e.last.error if e.last else '')}"
+            shown = [
+                (
+                    printable(str(e.info.task_id)),
+                    first_line(e.last.error if e.last else None, "failed"),
+                )
                 for e in failed[:3]
-            )
+            ]
+            table.caption = "latest failures: " + "; ".join(f"{i}: {error}" for i, error in shown)
         return table
 
 
 def _clock_time(at: float, tz: tzinfo) -> str:
     """A time of day for the live view, in the job's zone with its offset."""
     return datetime.fromtimestamp(at, tz).strftime("%H:%M:%S%z")
-
-
-def _first_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[0] if lines else "failed"
 
 
 class _QuietRuns(logging.Filter):

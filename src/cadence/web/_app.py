@@ -35,6 +35,7 @@ from cadence.metrics import Collector
 from cadence.observe import OPERATIONS, Source, status_json
 from cadence.report import (
     described,
+    first_line,
     history_entry,
     job_zone,
     local_zone,
@@ -234,7 +235,7 @@ class Dashboard:
                 "overdue": _overdue(info, now),
                 "last": last.result if last else None,
                 "last_time": time_shown(ran_at(last), tz) if last else "-",
-                "error": _first_line(last.error) if last and last.error else "",
+                "error": first_line(last.error) if last else "",
                 "schedule": described(info.schedule, tz),
                 "unreadable": entry.unreadable,
                 "spark": _spark(recent.get(str(info.task_id), [])),
@@ -483,11 +484,6 @@ async def _note(request: Request) -> str:
     except ValueError:
         note = ""
     return printable(str(note).strip())[:500]
-
-
-def _first_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0] if lines else ""
 
 
 def _spark(runs: list[Any]) -> Markup:
