@@ -6,7 +6,8 @@ injected clock runs what is due when you call :meth:`Scheduler.tick`, and
 
 Policies have a public module each, re-exported here: :mod:`cadence.schedules`
 (when a task runs), :mod:`cadence.retry` (how long a failed run waits),
-:mod:`cadence.misfire` (what a recurring task does about missed slots), and
+:mod:`cadence.misfire` (what a recurring task does about missed slots),
+:mod:`cadence.overlap` (what a slot due while a run is in flight does), and
 :mod:`cadence.cron` (cron expressions; extra ``cadence[cron]``).
 
 :class:`DurableScheduler` is the same API over a durable store
@@ -24,6 +25,7 @@ from ._scheduler import Scheduler
 from ._stats import Stats, StatsSnapshot
 from ._types import Result, RunCancelled, RunOutcome, Status, TaskInfo
 from .misfire import Misfire
+from .overlap import Overlap
 from .retry import Backoff, NoRetry, RetryPolicy
 from .schedules import Cursor, FixedDelay, FixedRate, Once, Schedule
 
@@ -65,6 +67,7 @@ __all__ = [
     "Misfire",
     "NoRetry",
     "Once",
+    "Overlap",
     "Result",
     "RetryPolicy",
     "RunCancelled",

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _validate
-from ._engine import Task
+from ._engine import Task, run_at
 from ._events import Event, EventKind
 from ._scheduler import Scheduler, fatal
 from ._stats import Stats, StatsSnapshot
@@ -259,8 +259,8 @@ class Driver:
                 runs_logger.debug(
                     "task %r: run at %s starting (lag %s)",
                     task.task_id,
-                    self._time_shown(task.entry[0]),
-                    _seconds(started - task.entry[0]),
+                    self._time_shown(run_at(task)),
+                    _seconds(started - run_at(task)),
                 )
             result = self._scheduler._call(task, awaitables=awaitables)
             if result is not None and not isinstance(result, BaseException):

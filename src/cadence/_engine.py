@@ -33,11 +33,13 @@ enters the queue.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
-from ._policy import Cursor, Plan, RetryPolicy
+from ._policy import Cursor, Plan, RetryPolicy, jitter_offset
 from ._queue import Entry, RunQueue
-from ._types import FINISHED, UNFINISHED, Action, Result, RunOutcome, Status, TaskInfo, Time
+from ._types import (
+    FINISHED, NO_SKIPS, UNFINISHED, Action, Result, RunOutcome, Skips, Status, TaskInfo, Time,
+)  # fmt: skip
 from ._validate import LIMIT, PLAIN, time_from
 from .schedules import Once
 
@@ -88,6 +90,16 @@ def raiser(error: BaseException) -> Action:
         raise error
 
     return broken
+
+
+def run_at(task: Task) -> Time:
+    """The time of a task's current run as reported (``outcome.at``, the action's
+    argument): its entry's time, or the slot's own time when the entry is jittered
+    (the entry then says when it starts). O(1)."""
+    plan = task.plan
+    if plan is None or plan.nominal is None:
+        return task.entry[0]
+    return plan.nominal
 
 
 def move(task: Task, status: Status) -> None:
@@ -178,6 +190,16 @@ class Engine:
             return None
         return task_info(task_id, finished, False, 0, None, 0, 0, None)
 
+    def action_of(self, task_id: Hashable) -> Action | None:
+        """An unfinished task's action, or ``None``. O(1)."""
+        task = self._tasks.get(task_id)
+        return None if task is None else task.action
+
+    def plan_of(self, task_id: Hashable) -> Plan | None:
+        """An unfinished task's plan (made on first need), or ``None``. O(1)."""
+        task = self._tasks.get(task_id)
+        return None if task is None else _plan_of(task)
+
     def infos(self) -> list[TaskInfo]:
         """A :class:`TaskInfo` for every unfinished task. O(n)."""
         return [_info(task) for task in self._tasks.values()]
@@ -224,7 +246,11 @@ class Engine:
             task.entry = self._queue.push(at, task_id)
         else:
             plan.slot = at
-            task.entry = self._queue.push(at, task_id, plan.priority)
+            if plan.extra:
+                task.entry = (at, -1, task_id)  # gives _push_slot the id
+                self._push_slot(task, plan, at)
+            else:
+                task.entry = self._queue.push(at, task_id, plan.priority)
         self._tasks[task_id] = task
         return True
 
@@ -327,10 +353,9 @@ class Engine:
             plan.rescheduled = True  # and the run in progress is not retried
             return True
         plan.attempt = 0
-        if plan.paused:
-            task.entry = (at, -1, task_id)
-        else:
-            task.entry = self._queue.push(at, task_id, plan.priority)
+        parked = plan.paused
+        self._push_slot(task, plan, at)
+        if not parked:
             self._queue.discard()  # the old entry; after the change, as in pause
         return True
 
@@ -349,13 +374,89 @@ class Engine:
         plan = _plan_of(task)
         if plan.paused:
             return False
-        due, backlog, slot = task.entry[0], plan.backlog, plan.slot
+        due = run_at(task)
         if plan.schedule is None:  # a one-off with no options: keep showing its own time
             plan.schedule = Once(at=due)
-        self.reschedule(task_id, plan.cursor, now)
-        plan.backlog = deque([due, *(backlog or ())])
-        plan.slot = slot
+        # The run it had waits in the backlog (jittered again, the same, when queued);
+        # the trigger's own run is at now, unjittered, and extra: see Plan.extra_runs.
+        plan.backlog = deque([due, *(plan.backlog or ())])
+        plan.attempt = 0
+        plan.last_delay = None
+        plan.nominal = None
+        plan.extra_runs += 1
+        plan.extra = True
+        task.entry = self._queue.push(now, task_id, plan.priority)
+        self._queue.discard()  # the old entry, as in reschedule
         return True
+
+    def update(
+        self, task_id: Hashable, found: Mapping[str, object], action: Action | None = None
+    ) -> bool:
+        """Change an unfinished task's options in place: plan attributes ``found``
+        (validated by the caller, see :func:`cadence._scheduler.changes`) and, if
+        given, its ``action`` (new arguments). A run in flight finishes as it began:
+        the changes wait for it to end, then apply to the runs after it. A new
+        priority re-queues a scheduled run. ``False`` if unknown or finished.
+        O(log n).
+        """
+        task = self._tasks.get(task_id)
+        if task is None:
+            return False
+        if action is not None:
+            task.action = action
+        if not found:
+            return True
+        plan = _plan_of(task)
+        if task.status is not SCHEDULED:
+            plan.pending = {**(plan.pending or {}), **found}
+            plan.extra = True
+            return True
+        priority = plan.priority
+        _apply(plan, found)
+        if plan.priority != priority and not task.parked:
+            task.entry = self._queue.push(task.entry[0], task_id, plan.priority)
+            self._queue.discard()  # the old entry, as in reschedule
+        return True
+
+    def backfill(self, task_id: Hashable, slots: list[Time], *, idle_only: bool = False) -> int:
+        """Queue extra runs of an unfinished task at ``slots`` (ascending), oldest first,
+        ahead of its schedule's runs, which they do not move: its current run waits
+        behind them, and a run in flight is followed by them. Extra runs are retried as
+        any run, but meet no misfire policy or deadline and do not count toward
+        ``max_runs``. ``idle_only`` (``Overlap.SKIP``): nothing is queued while a run
+        of the task is in flight. Returns the number of runs queued. O(k + log n).
+        """
+        task = self._tasks.get(task_id)
+        if task is None or not slots:
+            return 0
+        plan = _plan_of(task)
+        queued = set(plan.extras or ())  # a slot already queued is not queued twice
+        if plan.extra_runs:
+            queued.add(run_at(task))
+            queued.update(list(plan.backlog or ())[: plan.extra_runs - 1])
+        slots = [slot for slot in slots if slot not in queued]
+        if not slots:
+            return 0
+        if task.status is not SCHEDULED:
+            if idle_only:
+                return 0
+            plan.extras = [*(plan.extras or ()), *slots]
+            plan.extra = True
+            return len(slots)
+        parked = task.parked
+        due = run_at(task)
+        plan.backlog = deque([*slots[1:], due, *(plan.backlog or ())])
+        plan.attempt = 0
+        plan.last_delay = None
+        plan.nominal = None
+        plan.extra_runs += len(slots)
+        plan.extra = True
+        if parked:
+            task.entry = (slots[0], -1, task_id)
+        else:
+            task.entry = self._queue.push(slots[0], task_id, plan.priority)
+            self._queue.discard()
+        return len(slots)
 
     def claim(self, now: Time, *, queued: bool = False) -> Task | None:
         """Take the earliest run due at ``now`` (``at <= now``), or ``None``.
@@ -381,7 +482,7 @@ class Engine:
                 or plan.attempt  # a retry: its slot was already decided on
                 or task.entry[0] >= now
                 or self._misfire(task, plan, now)
-            ):
+            ) and (plan is None or plan.deadline is None or self._in_time(task, plan, now)):
                 move(task, QUEUED if queued else RUNNING)
                 return task
             if not self._follow:
@@ -414,7 +515,6 @@ class Engine:
         raises, the task fails with that error.
         """
         entry = task.entry
-        at = entry[0]
         value = task.value
         if value is not None:
             task.value = None
@@ -422,18 +522,21 @@ class Engine:
         if plan is None:  # the contract's defaults: no retries, one run
             result = OK if error is None else Result.FAILED
             task.last = outcome = _new_outcome(
-                RunOutcome, (entry[2], at, result, error, 0, started, 0, value)
+                RunOutcome, (entry[2], entry[0], result, error, 0, started, 0, value, NO_SKIPS)
             )
             if task.status is not CANCELLED:
                 self._finish(task, DONE if error is None else FAILED)
             return outcome
+        at = entry[0] if plan.nominal is None else plan.nominal
         attempt = plan.attempt
         skipped = plan.skipped
+        skipped_by: Skips = NO_SKIPS
         if skipped:
             plan.skipped = 0
+            skipped_by = _skipped_by(plan, skipped)
         if task.status is CANCELLED:
             result = OK if error is None else Result.FAILED
-            return self._record(task, result, error, attempt, started, skipped, value)
+            return self._record(task, at, result, error, attempt, started, skipped_by, value)
         # Decide first: every policy call and check happens here, before any change,
         # so a policy that raises (anything) or returns garbage changes nothing but
         # the task's end: failed, with the error on this outcome.
@@ -455,25 +558,34 @@ class Engine:
                         if nxt.__class__ not in PLAIN or not plan.slot < nxt <= LIMIT:
                             nxt = _later(plan.slot, nxt, finished)
                         plan.slot = nxt
+                if plan.extra:
+                    nxt = self._controlled(plan, nxt, started, finished, not backlog)
         except BaseException as exc:  # a policy failed: the task cannot go on
             exc.add_note(f"cadence: a policy of task {entry[2]!r} failed; so did the task")
-            outcome = self._record(task, Result.FAILED, exc, attempt, started, skipped, value)
+            outcome = self._record(
+                task, at, Result.FAILED, exc, attempt, started, skipped_by, value
+            )
             self._finish(task, FAILED)
             return outcome
         # Then change: no user code from here on (see _repair for interrupts).
         if retry is not None:
-            outcome = self._record(task, RETRY, error, attempt, started, skipped, value)
-            self._queue_retry(task, plan, attempt, retry)
+            outcome = self._record(task, at, RETRY, error, attempt, started, skipped_by, value)
+            self._queue_retry(task, plan, attempt, retry, at)
             return outcome
         task.last = outcome = _new_outcome(
-            RunOutcome, (entry[2], at, result, error, attempt, started, skipped, value)
+            RunOutcome, (entry[2], at, result, error, attempt, started, skipped, value, skipped_by)
         )
+        if plan.extra:
+            _slot_over(plan)
         if attempt or plan.backlog:
             _end_slot(plan)
+        if plan.extras:  # extra runs asked for while this one ran go first
+            nxt = _take_extras(plan, nxt)
         if nxt is None:
             self._finish(task, DONE if error is None else FAILED)
-        elif plan.paused:
-            self._requeue(task, nxt)  # parks it
+        elif plan.paused or plan.extra:
+            move(task, SCHEDULED)
+            self._push_slot(task, plan, nxt)  # parks it if paused
         else:  # the recurring hot path: _requeue, inlined
             new = self._queue.push(nxt, entry[2], plan.priority)
             move(task, SCHEDULED)
@@ -483,28 +595,160 @@ class Engine:
     def _record(
         self,
         task: Task,
+        at: Time,
         result: Result,
         error: BaseException | None,
         attempt: int,
         started: Time,
-        skipped: int,
+        skipped_by: Skips,
         value: object,
     ) -> RunOutcome:
         """Make the run's outcome and keep it as the task's last (off the hot path)."""
-        entry = task.entry
+        skipped = sum(skipped_by.values())
         outcome: RunOutcome = _new_outcome(
-            RunOutcome, (entry[2], entry[0], result, error, attempt, started, skipped, value)
+            RunOutcome,
+            (task.entry[2], at, result, error, attempt, started, skipped, value, skipped_by),
         )
         task.last = outcome
         return outcome
 
-    def _queue_retry(self, task: Task, plan: Plan, attempt: int, retry: tuple[Time, Time]) -> None:
-        """Queue the retry ``(time, delay)`` decided for a failed run."""
+    def _queue_retry(
+        self, task: Task, plan: Plan, attempt: int, retry: tuple[Time, Time], at: Time
+    ) -> None:
+        """Queue the retry ``(time, delay)`` decided for the failed run at ``at``."""
         if not attempt:
-            plan.first_at = task.entry[0]
+            plan.first_at = at
         plan.attempt = attempt + 1
         plan.last_delay = retry[1]
+        if plan.extra:
+            plan.nominal = None  # a retry runs at its own time, unjittered
+            if plan.pending:
+                _apply(plan, plan.pending)
         self._requeue(task, retry[0])
+
+    def _controlled(
+        self, plan: Plan, nxt: Time | None, started: Time, finished: Time, stepped: bool
+    ) -> Time | None:
+        """The next run decided at a completion, under the task's scheduling controls.
+
+        ``max_runs`` reached (by a run of the schedule, not an extra one) or a
+        next slot past ``end``: none. Under ``Overlap.SKIP`` the slots the
+        cursor gave (``stepped``) that fell due while the run was in flight,
+        in ``(started, finished]``, are skipped and counted. Raises what the
+        cursor raises (the caller fails the task). O(skipped slots), or what
+        the cursor's ``skip`` costs.
+        """
+        if plan.max_runs is not None and not plan.extra_runs and plan.runs + 1 >= plan.max_runs:
+            return None
+        cursor = plan.cursor
+        if stepped and plan.overlap_skip and cursor is not None and nxt is not None:
+            count = 0
+            if started < nxt <= finished:
+                count = 1
+                skip = getattr(cursor, "skip", None)
+                if skip is not None:  # every slot up to finished at once (see Cursor.skip)
+                    skipped, tail = skip(finished, 1)
+                    count += skipped
+                    if tail:
+                        plan.slot = tail[-1]
+                nxt = cursor.next(finished)
+                while nxt is not None and _later(plan.slot, nxt, finished) <= finished:
+                    plan.slot = nxt
+                    count += 1
+                    nxt = cursor.next(finished)
+                if nxt is not None:
+                    plan.slot = nxt
+            if count:
+                _skip(plan, "overlap", count)
+        if nxt is not None and plan.end is not None and nxt > plan.end:
+            return None
+        return nxt
+
+    def _in_time(self, task: Task, plan: Plan, now: Time) -> bool:
+        """Whether a claimed run starts within its task's ``deadline`` of its slot.
+
+        Only a slot's first attempt of a run of the schedule is judged (a retry
+        keeps its backoff; an extra run, backfilled or triggered, is not a
+        slot that can be late). A run later than that is not started: its
+        slot and every later one that is also past its deadline are skipped
+        and counted (``deadline``), and the first slot still in time is
+        queued in its place (the task is done if its schedule ends first).
+        Returns False then. A cursor that fails makes the claimed run fail
+        with its error (see :meth:`_break`), and True. O(skipped slots), or
+        what the cursor's ``skip`` costs.
+        """
+        deadline = plan.deadline
+        assert deadline is not None
+        limit = now - deadline
+        if plan.attempt or plan.extra_runs or run_at(task) >= limit:
+            return True
+        count = 1
+        try:
+            while True:
+                nxt = self._following(plan, now, limit)
+                if nxt is None or nxt >= limit:
+                    break
+                count += 1
+        except BaseException as exc:
+            self._break(task, exc)
+            return True
+        _skip(plan, "deadline", count)
+        if nxt is None:
+            self._finish(task, DONE)
+            return False
+        plan.last_delay = None
+        self._push_slot(task, plan, nxt)
+        return False
+
+    def _following(self, plan: Plan, now: Time, limit: Time) -> Time | None:
+        """The run after a skipped one: the backlog's next, else the cursor's (every
+        slot before ``limit`` stepped over at once when the cursor can ``skip``),
+        within ``end`` and ``max_runs``; ``None`` if the schedule ends. Raises what
+        the cursor raises."""
+        if plan.max_runs is not None and plan.runs >= plan.max_runs:
+            return None
+        backlog, cursor = plan.backlog, plan.cursor
+        if backlog:
+            nxt: Time | None = backlog.popleft()
+            if not backlog:
+                plan.backlog = None
+        elif cursor is None:
+            return None
+        else:
+            skip = getattr(cursor, "skip", None)
+            if skip is not None and plan.slot < limit:
+                skipped, tail = skip(limit, 1)
+                if skipped and tail[-1] == limit:  # exactly at its deadline: in time
+                    skipped -= 1
+                    plan.slot = tail[-1]
+                    _skip(plan, "deadline", skipped)
+                    return limit if plan.end is None or limit <= plan.end else None
+                if skipped:
+                    plan.slot = tail[-1]
+                    _skip(plan, "deadline", skipped)
+            nxt = cursor.next(now)
+            if nxt is not None:
+                nxt = _later(plan.slot, nxt, plan.slot)
+                plan.slot = nxt
+        if nxt is not None and plan.end is not None and nxt > plan.end:
+            return None
+        return nxt
+
+    def _push_slot(self, task: Task, plan: Plan, at: Time) -> None:
+        """Make the run at ``at`` the task's next: queued, or parked if it is paused;
+        started ``jitter_offset`` after ``at`` if the task is jittered (``at`` is then
+        kept as its reported time). The caller discards a live entry it replaces. O(log n)."""
+        task_id = task.entry[2]
+        due = at
+        if plan.jitter:
+            plan.nominal = at
+            due = at + jitter_offset(task_id, at, plan.jitter)
+        elif plan.nominal is not None:
+            plan.nominal = None
+        if plan.paused:
+            task.entry = (due, -1, task_id)
+        else:
+            task.entry = self._queue.push(due, task_id, plan.priority)
 
     def _retry_of(self, plan: Plan, at: Time, error: BaseException) -> tuple[Time, Time] | None:
         """The retry of a failed run at ``at`` as ``(time, delay)``, or ``None``: no retry.
@@ -565,7 +809,7 @@ class Engine:
         cursor = plan.cursor
         if cursor is None:  # rescheduled to a one-off: nothing to skip
             return True
-        task_id, first = task.entry[2], task.entry[0]
+        first = run_at(task)
         due: deque[Time] = deque([first], maxlen=plan.misfire)  # maxlen 0 keeps none
         count = 1
         try:
@@ -591,16 +835,23 @@ class Engine:
             runs = [first]
         else:
             runs = list(due)
-            plan.skipped += count - len(runs)
+            if count > len(runs):
+                _skip(plan, "misfire", count - len(runs))
         if nxt is not None:
             runs.append(nxt)
+        if plan.extra:  # no run past the end, nor beyond max_runs
+            end = plan.end
+            if end is not None:
+                runs = [r for r in runs if r <= end]
+            if plan.max_runs is not None:
+                runs = runs[: max(0, plan.max_runs - plan.runs)]
         if not runs:
             self._finish(task, DONE)
             return False
         plan.backlog = deque(runs[1:]) or None
         if runs[0] == first:
             return True
-        task.entry = self._queue.push(runs[0], task_id, plan.priority)
+        self._push_slot(task, plan, runs[0])
         return False
 
     def _break(self, task: Task, error: BaseException) -> None:
@@ -711,10 +962,10 @@ def _info(task: Task) -> TaskInfo:
     at = task.entry[0]
     if plan is None:
         return task_info(task.entry[2], task.status, False, at, Once(at=at), 0, at, task.last)
+    slot = plan.first_at if plan.attempt else at if plan.nominal is None else plan.nominal
     return task_info(
-        task.entry[2], task.status, plan.paused, at, plan.schedule, plan.attempt,
-        plan.first_at if plan.attempt else at, task.last,
-    )  # fmt: skip
+        task.entry[2], task.status, plan.paused, at, plan.schedule, plan.attempt, slot, task.last
+    )
 
 
 def task_info(
@@ -743,6 +994,56 @@ def task_info(
     return TaskInfo(task_id, status, paused, nxt, schedule, attempt, last)
 
 
+def _skip(plan: Plan, reason: str, count: int) -> None:
+    """Count ``count`` slots skipped for ``reason``, to report on the task's next run."""
+    plan.skipped += count
+    skips = plan.skips
+    if skips is None:
+        plan.skips = {reason: count}
+    else:
+        skips[reason] = skips.get(reason, 0) + count
+
+
+def _skipped_by(plan: Plan, skipped: int) -> Skips:
+    """The skips reported on this run, by reason (taken from the plan)."""
+    skips = plan.skips
+    plan.skips = None
+    return Skips(skips if skips else {"misfire": skipped})
+
+
+def _slot_over(plan: Plan) -> None:
+    """A slot's last run completed, under a task with scheduling controls: count it
+    toward ``max_runs`` (an extra run is not counted: it leaves the extras), and
+    apply the changes that waited for it (:meth:`Engine.update`)."""
+    if plan.extra_runs:
+        plan.extra_runs -= 1
+    elif plan.max_runs is not None:
+        plan.runs += 1
+    if plan.pending:
+        _apply(plan, plan.pending)
+
+
+def _take_extras(plan: Plan, nxt: Time | None) -> Time | None:
+    """The first of the extra runs that waited for the run in flight; the rest, then
+    ``nxt`` (the schedule's next), wait in the backlog. A schedule that just ended
+    (``nxt`` is ``None``) ends the task: its waiting extras are dropped."""
+    extras, plan.extras = plan.extras, None
+    if nxt is None or not extras:
+        return nxt
+    plan.backlog = deque([*extras[1:], nxt, *(plan.backlog or ())])
+    plan.extra_runs += len(extras)
+    plan.nominal = None
+    return extras[0]
+
+
+def _apply(plan: Plan, changes: Mapping[str, object]) -> None:
+    """Set plan attributes (validated by the caller); the changes no longer wait."""
+    for name, value in changes.items():
+        setattr(plan, name, value)
+    plan.pending = None
+    plan.extra = plan.uses_controls()
+
+
 def _end_slot(plan: Plan) -> None:
     """A slot's last run completed: reset its retries; its next run leaves the backlog."""
     plan.attempt = 0
@@ -753,7 +1054,9 @@ def _end_slot(plan: Plan) -> None:
 
 
 def _plan_of(task: Task) -> Plan:
-    """The task's plan, created on first need (pause, reschedule)."""
+    """The task's plan, created on first need (pause, reschedule, update, ...); a
+    one-off's then keeps showing its own time as its schedule."""
     if task.plan is None:
         task.plan = Plan()
+        task.plan.schedule = Once(at=task.entry[0])
     return task.plan

@@ -8,8 +8,10 @@ concrete policies.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import deque
+from collections.abc import Hashable
 from collections.abc import Callable
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -82,17 +84,29 @@ class Plan:
         "attempt",
         "backlog",
         "cursor",
+        "deadline",
+        "end",
+        "extra",
+        "extra_runs",
+        "extras",
         "first_at",
+        "jitter",
         "last_delay",
         "max_retries",
+        "max_runs",
         "misfire",
+        "nominal",
+        "overlap_skip",
         "paused",
+        "pending",
         "priority",
         "rescheduled",
         "retry",
         "retry_on",
+        "runs",
         "schedule",
         "skipped",
+        "skips",
         "slot",
     )
 
@@ -119,3 +133,44 @@ class Plan:
         self.first_at: Time = 0  # the time of the current slot's first run, while it retries
         self.retry_on: RetryOn | None = None  # None: every Exception is retried
         self.schedule: object = None  # what the task was scheduled with, for info()
+        # The scheduling controls (docs/policies.md); a task that uses none has
+        # extra False, and the hot paths look no further than that flag.
+        self.extra = False
+        self.overlap_skip = False  # Overlap.SKIP: slots due during a run are skipped
+        self.deadline: Time | None = None  # a first attempt later than this is skipped
+        self.jitter: Time | None = None  # each slot starts up to this much after it
+        self.end: Time | None = None  # no slot after this time
+        self.max_runs: int | None = None  # no more slots run than this
+        self.runs = 0  # slots of the schedule run so far (for max_runs)
+        self.nominal: Time | None = None  # the current run's slot, when its entry is jittered
+        # Extra runs (backfilled, triggered) go ahead of the schedule's: the current run
+        # and the next extra_runs - 1 of the backlog are extra; extras wait for the run
+        # in flight to end.
+        self.extra_runs = 0
+        self.extras: list[Time] | None = None
+        self.skips: dict[str, int] | None = None  # skipped slots by reason, for the next run
+        self.pending: dict[str, object] | None = None  # changes waiting for the run in flight
+
+    def uses_controls(self) -> bool:
+        """Whether any scheduling control is set (what :attr:`extra` caches). O(1)."""
+        return bool(
+            self.overlap_skip
+            or self.deadline is not None
+            or self.jitter
+            or self.end is not None
+            or self.max_runs is not None
+            or self.nominal is not None
+            or self.extra_runs
+            or self.extras
+            or self.pending
+        )
+
+
+def jitter_offset(task_id: Hashable, slot: Time, jitter: Time) -> float:
+    """The start offset of a jittered slot, in ``[0, jitter)``: a pure function of the
+    slot's idempotency key ``f"{task_id}@{slot!r}"`` (BLAKE2b, not ``hash()``, which
+    is salted per process), so every node and every restart computes the same one, and
+    offsets over many slots are uniform. O(len(key))."""
+    digest = hashlib.blake2b(f"{task_id}@{slot!r}".encode(), digest_size=8).digest()
+    unit = (int.from_bytes(digest) >> 11) / 2**53  # 53 bits: exactly a float in [0, 1)
+    return min(unit * jitter, math.nextafter(jitter, 0))  # the product may round up

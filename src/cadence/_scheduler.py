@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import inspect
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import FunctionType
 from typing import Any, TypedDict, TypeVar, Unpack
 
 from . import _validate
 from ._calls import Bound, prepare
-from ._engine import Engine, Task
+from ._engine import Engine, Task, run_at
 from ._events import Event, EventKind, Listener, deliver, outcome_events
 from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
 from ._types import Action, RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, PLAIN, time_from
 from .misfire import Misfire
+from .overlap import Overlap
 from .schedules import FixedRate, Once
 
 Clock = Callable[[], Time]
@@ -42,9 +44,17 @@ class TaskOptions(TypedDict, total=False):
     retry_on: RetryOn | None
     priority: int
     replace_existing: bool
+    deadline: Time | timedelta | None
+    jitter: Time | timedelta | None
 
 
 _ONCE_OPTIONS = frozenset(TaskOptions.__annotations__)
+
+UPDATABLE = (
+    "max_retries", "retry", "retry_on", "misfire", "overlap", "deadline", "jitter",
+    "priority", "args", "kwargs",
+)  # fmt: skip
+"""The options :meth:`Scheduler.update` changes in place."""
 
 
 def _check_retry(retry: object) -> None:
@@ -81,6 +91,154 @@ def make_plan(
     plan = Plan(cursor, max_retries, retry, limit, priority)
     plan.retry_on = retry_on
     return plan
+
+
+def controls(
+    plan: Plan,
+    when: object,
+    overlap: Overlap | None,
+    deadline: Time | timedelta | None,
+    jitter: Time | timedelta | None,
+    end: Time | datetime | None,
+    max_runs: int | None,
+) -> None:
+    """Validate the scheduling controls and set them on ``plan`` (docs/policies.md).
+
+    Raises ``TypeError`` for an ``overlap`` that is not an :class:`~cadence.Overlap`,
+    a non-number ``deadline``/``jitter``/``end`` or a non-int ``max_runs``;
+    ``ValueError`` for a negative or non-finite delay, a naive ``end`` datetime, a
+    ``max_runs`` below 1, and ``overlap``/``end``/``max_runs`` given with ``Once``.
+    """
+    if overlap is not None and not isinstance(overlap, Overlap):
+        raise TypeError(
+            f"overlap must be a cadence.Overlap (Overlap.BUFFER, Overlap.SKIP), got {overlap!r}"
+        )
+    plan.overlap_skip = overlap == Overlap.SKIP
+    plan.deadline = None if deadline is None else _validate.delay("deadline", deadline)
+    plan.jitter = (None if jitter is None else _validate.delay("jitter", jitter)) or None
+    plan.end = _validate.optional_time("end", end)
+    if max_runs is not None:
+        if _validate.count("max_runs", max_runs) < 1:
+            raise ValueError(f"max_runs must be >= 1, got {max_runs!r}")
+    plan.max_runs = max_runs
+    if isinstance(when, Once):
+        for name, value in (("overlap", overlap), ("end", end), ("max_runs", max_runs)):
+            if value is not None:
+                raise ValueError(f"{name} applies to recurring schedules, not {when!r}")
+    plan.extra = plan.uses_controls()
+
+
+def changes(options: Mapping[str, Any]) -> dict[str, object]:
+    """The plan attributes :meth:`Scheduler.update` sets for ``options`` (all but
+    ``args``/``kwargs``, which rebind the action), validated as ``schedule`` validates
+    them. Raises ``TypeError`` for an unknown option and what ``schedule`` raises."""
+    unknown = options.keys() - set(UPDATABLE)
+    if unknown:
+        raise TypeError(
+            f"update() got unexpected keyword arguments {sorted(unknown)}; it changes "
+            f"{', '.join(UPDATABLE)}"
+        )
+    probe = Plan()
+    found: dict[str, object] = {}
+    if "max_retries" in options:
+        found["max_retries"] = _validate.count("max_retries", options["max_retries"])
+    if "retry" in options:
+        _check_retry(options["retry"])
+        found["retry"] = options["retry"]
+    if "retry_on" in options:
+        found["retry_on"] = _check_retry_on(options["retry_on"])
+    if "misfire" in options:
+        misfire = options["misfire"]
+        if misfire is not None and not isinstance(misfire, Misfire):
+            raise TypeError(f"misfire must be a cadence.misfire.Misfire, got {misfire!r}")
+        found["misfire"] = None if misfire is None else misfire.limit
+    if "priority" in options:
+        check_priority(options["priority"])
+        found["priority"] = options["priority"]
+    picked = {k: options.get(k) for k in ("overlap", "deadline", "jitter")}
+    controls(probe, None, picked["overlap"], picked["deadline"], picked["jitter"], None, None)
+    for name, attribute in (("overlap", "overlap_skip"), ("deadline", "deadline"),
+                            ("jitter", "jitter")):  # fmt: skip
+        if name in options:
+            found[attribute] = getattr(probe, attribute)
+    return found
+
+
+BACKFILL_MAX = 100_000
+"""The most slots one :meth:`Scheduler.backfill` queues (a larger window: in parts)."""
+
+
+def window(start: object, end: object) -> tuple[Time, Time]:
+    """A backfill's ``[start, end)`` as times; ``TypeError``/``ValueError`` otherwise."""
+    low, high = _validate.finite("start", start), _validate.finite("end", end)
+    if high < low:
+        raise ValueError(f"end must not be before start, got start={low!r}, end={high!r}")
+    return low, high
+
+
+def backfill_overlap(overlap: object) -> bool:
+    """Whether a backfill's ``overlap`` queues nothing while a run is in flight."""
+    if overlap is not None and not isinstance(overlap, Overlap):
+        raise TypeError(
+            f"overlap must be a cadence.Overlap (Overlap.BUFFER, Overlap.SKIP), got {overlap!r}"
+        )
+    return overlap == Overlap.SKIP
+
+
+def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
+    """The slots of a task's schedule in ``[start, end)`` that its live schedule has
+    passed (before its current slot, and not waiting in its backlog), ascending.
+
+    ``FixedRate``: ``first + k * period`` on the task's own grid (its cursor's
+    ``first``), for every integer k; a schedule with ``next_after(t)`` (``Cron``):
+    its instants. Raises ``ValueError`` for any other schedule (no slots to
+    name: ``Once``, ``FixedDelay``) and for more than :data:`BACKFILL_MAX` slots.
+    O(slots).
+    """
+    when = plan.schedule
+    slots: list[Time] = []
+    if isinstance(when, FixedRate):
+        first = getattr(plan.cursor, "first", when.start_at)
+        if first is None:
+            raise ValueError(f"the task's schedule {when!r} has ended: it has no slots left")
+        period = when.period
+        k = math.ceil((start - first) / period)
+        while first + (k - 1) * period >= start:  # float division may round either way
+            k -= 1
+        while first + k * period < start:
+            k += 1
+        while (at := first + k * period) < end:
+            slots.append(at)
+            k += 1
+            if len(slots) > BACKFILL_MAX:
+                break
+    elif callable(getattr(when, "next_after", None)):
+        at = when.next_after(start - 1)  # type: ignore[attr-defined]
+        while at < end:
+            if at >= start:
+                slots.append(at)
+                if len(slots) > BACKFILL_MAX:
+                    break
+            at = when.next_after(at)  # type: ignore[attr-defined]
+    else:
+        raise ValueError(
+            f"backfill needs a schedule of slots (FixedRate, Cron, or one with "
+            f"next_after(t)), not {when!r}"
+        )
+    if len(slots) > BACKFILL_MAX:
+        raise ValueError(
+            f"[{start!r}, {end!r}) holds more than {BACKFILL_MAX} slots of {when!r}: "
+            "backfill it in parts"
+        )
+    # The live schedule runs its current slot and every later one itself.
+    live = set(plan.backlog or ())
+    return [slot for slot in slots if slot < plan.slot and slot not in live]
+
+
+def check_end(plan: Plan, first: Time) -> None:
+    """``ValueError`` for an ``end`` before the task's first run: it would never run."""
+    if plan.end is not None and first > plan.end:
+        raise ValueError(f"end={plan.end!r} is before the task's first run, at {first!r}")
 
 
 def _check_retry_on(retry_on: object) -> RetryOn | None:
@@ -298,6 +456,11 @@ class Scheduler:
         misfire: Misfire | None = None,
         priority: int = 0,
         replace_existing: bool = False,
+        overlap: Overlap | None = None,
+        deadline: Time | timedelta | None = None,
+        jitter: Time | timedelta | None = None,
+        end: Time | datetime | None = None,
+        max_runs: int | None = None,
     ) -> bool:
         """Run ``action`` at slots ``first + k * period``, ``first = clock() + initial_delay``.
 
@@ -335,6 +498,11 @@ class Scheduler:
             misfire=misfire,
             priority=priority,
             replace_existing=replace_existing,
+            overlap=overlap,
+            deadline=deadline,
+            jitter=jitter,
+            end=end,
+            max_runs=max_runs,
         )
 
     def schedule(
@@ -351,6 +519,11 @@ class Scheduler:
         misfire: Misfire | None = None,
         priority: int = 0,
         replace_existing: bool = False,
+        overlap: Overlap | None = None,
+        deadline: Time | timedelta | None = None,
+        jitter: Time | timedelta | None = None,
+        end: Time | datetime | None = None,
+        max_runs: int | None = None,
     ) -> bool:
         """Run ``action`` when ``when`` says: any :mod:`cadence.schedules` schedule.
 
@@ -361,6 +534,14 @@ class Scheduler:
         own. ``misfire`` applies to recurring schedules; the other arguments
         are as in :meth:`schedule_once`. Returns ``False``, changing nothing,
         when the id is unfinished (unless ``replace_existing``).
+
+        The scheduling controls (``docs/policies.md``): ``overlap`` (an
+        :class:`~cadence.Overlap`: what a slot due while a run is in flight
+        does), ``deadline`` (a first attempt that cannot start within it of its
+        slot is skipped), ``jitter`` (each slot starts up to that much later, by
+        an offset fixed per task and slot), ``end`` (no slot after it) and
+        ``max_runs`` (no more slots run); ``deadline`` and ``jitter`` accept a
+        ``timedelta``, ``end`` an aware ``datetime`` on an epoch clock.
 
         Schedules that name instants (``Cron``, ``Once(at=datetime)``,
         ``FixedRate(start=datetime)``) need an epoch clock: on a monotonic one
@@ -384,8 +565,10 @@ class Scheduler:
         if isinstance(when, Once) and misfire is not None:
             raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
         plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)
+        controls(plan, when, overlap, deadline, jitter, self._end(end), max_runs)
         action = self._prepare(action, args, kwargs)
         cursor, first = self._first(when)
+        check_end(plan, first)
         plan.cursor = cursor
         plan.schedule = when
         if type(action) is Bound:
@@ -444,6 +627,15 @@ class Scheduler:
         if prepared is action and type(action) is FunctionType:
             self._plain_code = action.__code__
         return prepared
+
+    def _end(self, end: Time | datetime | None) -> Time | datetime | None:
+        """``end`` as given, refused (``ValueError``) as a datetime on a monotonic clock."""
+        if isinstance(end, datetime) and self._epoch is False:
+            raise ValueError(
+                f"end={end!r} is a wall-clock instant, but this scheduler's clock is "
+                "monotonic: use Scheduler(clock=time.time), or give end on its clock"
+            )
+        return end
 
     def _at(self, delay: Time) -> Time:
         """``clock() + delay``, checked: ``TypeError``/``ValueError`` naming the culprit."""
@@ -578,6 +770,90 @@ class Scheduler:
         """
         now = time_from("the clock", self._clock())
         return self._change(self._engine.trigger, task_id, now)
+
+    def update(self, task_id: Hashable, **options: Any) -> bool:
+        """Change options of an unfinished task in place, from its next run on.
+
+        ``options`` are any of ``max_retries``, ``retry``, ``retry_on``,
+        ``misfire``, ``overlap``, ``deadline``, ``jitter``, ``priority``,
+        ``args`` and ``kwargs``, as :meth:`schedule` takes them (APScheduler's
+        ``modify_job``). The task keeps its id, schedule, place in it, status
+        and history; a run in flight finishes as it began (its retries too are
+        decided by the options it started with), and the changes apply to the
+        runs after it. ``False`` if the task is unknown or finished.
+
+        Complexity: O(log n). Raises ``TypeError`` for an unknown option and
+        what :meth:`schedule` raises for a bad value (with ``args``/``kwargs``:
+        arguments the action cannot be called with). Nothing changes when it
+        raises.
+        """
+        found = changes(options)
+        rebind = "args" in options or "kwargs" in options
+
+        def change() -> bool:
+            action = None
+            if rebind:
+                current = self._engine.action_of(task_id)
+                if current is None:
+                    return False
+                action = self._rebound(task_id, current, options)
+            return self._engine.update(task_id, found, action)
+
+        return self._locked(change)
+
+    def _rebound(self, task_id: Hashable, current: Action, options: Mapping[str, Any]) -> Action:
+        """The task's action called with the new ``args``/``kwargs`` of ``options``
+        (the others as they were), its call shape checked (``TypeError``)."""
+        function: Any = current.action if type(current) is Bound else current
+        args = options["args"] if "args" in options else getattr(current, "args", None)
+        kwargs = options["kwargs"] if "kwargs" in options else getattr(current, "kwargs", None)
+        action = prepare(function, args or None, kwargs or None)
+        if type(action) is Bound:
+            action.bind(task_id, self._engine.plan_of(task_id))
+        return action
+
+    def backfill(
+        self,
+        task_id: Hashable,
+        start: Time | datetime,
+        end: Time | datetime,
+        *,
+        overlap: Overlap | None = None,
+    ) -> int:
+        """Run each slot of a task's schedule in ``[start, end)`` once, oldest first.
+
+        The runs are extra: they go ahead of the task's own next run, which
+        they do not move (it runs after them, then its schedule goes on), and
+        a run in flight is followed by them. Each is an ordinary run of its
+        slot (``outcome.at`` and the idempotency key are the slot's), retried
+        under the task's retry policy; no misfire policy or deadline applies
+        to them and they do not count toward ``max_runs``. ``overlap``:
+        ``Overlap.BUFFER`` (the default) queues them behind a run in flight;
+        ``Overlap.SKIP`` queues nothing while one is in flight. Returns the
+        number of slots queued (0 for an unknown or finished task).
+
+        The schedule must have slots: ``FixedRate`` (on the task's own grid,
+        slots before its first one included) or one with ``next_after(t)``
+        (``Cron``). Complexity: O(k log n) for k slots (at most
+        :data:`BACKFILL_MAX`). Raises ``TypeError``/``ValueError`` for
+        ``start``/``end`` that are not times (aware datetimes on an epoch
+        clock), ``end < start``, a schedule without slots, or a window of
+        more than :data:`BACKFILL_MAX` slots.
+        """
+        low, high = window(self._end(start), self._end(end))
+        idle_only = backfill_overlap(overlap)
+
+        def queue() -> int:
+            plan = self._engine.plan_of(task_id)
+            if plan is None:
+                return 0
+            slots = slots_in(plan, low, high)
+            return self._engine.backfill(task_id, slots, idle_only=idle_only)
+
+        queued = self._locked(queue)
+        if queued and self._wakeups:
+            self._wake(low)
+        return queued
 
     def _change(
         self, operation: Callable[..., bool], *args: Any, event: EventKind | None = None
@@ -828,9 +1104,9 @@ class Scheduler:
         the run fails with ``TypeError``: a plain driver cannot await it.
         """
         if self._listeners:
-            self._emit(Event(EventKind.RUN_STARTED, task.entry[2], task.entry[0]))
+            self._emit(Event(EventKind.RUN_STARTED, task.entry[2], run_at(task)))
         try:
-            result = task.action(task.entry[0])
+            result = task.action(run_at(task))
             if result is None:
                 return None
             if not inspect.isawaitable(result):
@@ -849,7 +1125,7 @@ class Scheduler:
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 exc.add_note(
-                    f"cadence: the run of task {task.task_id!r} at {task.entry[0]!r} "
+                    f"cadence: the run of task {task.task_id!r} at {run_at(task)!r} "
                     "was recorded as failed"
                 )
             return exc

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ._types import Result, RunOutcome, Time
+from ._types import NO_SKIPS, Result, RunOutcome, Skips, Time
 
 WINDOW = 1024
 """Recent runs whose lag the percentiles are taken over: enough for a stable p99,
@@ -19,7 +19,9 @@ class StatsSnapshot(NamedTuple):
 
     ``lag_p50``, ``lag_p99`` and ``lag_max`` are over the last ``window`` runs
     (``None`` before the first run); lag is ``started - at``, in clock units.
-    ``skipped`` counts the slots misfire policies skipped.
+    ``skipped`` counts the slots that were skipped, and ``skipped_by`` the same
+    by reason (``misfire``, ``overlap``, ``deadline``): with ``ok + retry + failed``
+    they account for every slot that fell due.
     """
 
     ok: int
@@ -32,6 +34,7 @@ class StatsSnapshot(NamedTuple):
     lag_p99: Time | None
     lag_max: Time | None
     window: int
+    skipped_by: Skips = NO_SKIPS
 
     @property
     def runs(self) -> int:
@@ -56,7 +59,7 @@ class Stats:
     Raises ``ValueError`` for a ``window`` that is not a positive int.
     """
 
-    __slots__ = ("_counts", "_lags", "_lock", "_skipped")
+    __slots__ = ("_counts", "_lags", "_lock", "_skipped", "_skipped_by")
 
     def __init__(self, window: int = WINDOW) -> None:
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
@@ -64,13 +67,19 @@ class Stats:
         self._counts = dict.fromkeys(Result, 0)
         self._lags: deque[Time] = deque(maxlen=window)
         self._skipped = 0
+        self._skipped_by: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def record(self, outcome: RunOutcome) -> None:
         """Count one run and remember its lag. O(1)."""
         with self._lock:
             self._counts[outcome.result] += 1
-            self._skipped += outcome.skipped
+            skipped = outcome.skipped
+            if skipped:
+                self._skipped += skipped
+                by = self._skipped_by
+                for reason, count in outcome.skips().items():
+                    by[reason] = by.get(reason, 0) + count
             self._lags.append(outcome.started - outcome.at)
 
     def record_all(self, outcomes: Iterable[RunOutcome]) -> None:
@@ -83,6 +92,7 @@ class Stats:
         with self._lock:
             counts = dict(self._counts)
             skipped = self._skipped
+            skipped_by = Skips(self._skipped_by)
             lags = sorted(self._lags)
             window = self._lags.maxlen or 0
         return StatsSnapshot(
@@ -96,4 +106,5 @@ class Stats:
             lag_p99=percentile(lags, 99) if lags else None,
             lag_max=lags[-1] if lags else None,
             window=window,
+            skipped_by=skipped_by,
         )

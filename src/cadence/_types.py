@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from typing import Any, NamedTuple, TypeAlias
@@ -53,6 +53,42 @@ class Result(StrEnum):
     FAILED = "failed"
 
 
+SKIP_REASONS = ("misfire", "overlap", "deadline")
+"""Why a slot can be skipped: its misfire policy, its overlap policy, its deadline."""
+
+class Skips(Mapping[str, int]):
+    """Skipped slots by reason (:data:`SKIP_REASONS`), as ``RunOutcome.skipped_by``
+    gives them: a read-only mapping, hashable like the outcome that holds it, equal
+    to a dict with the same items. O(1) lookups."""
+
+    __slots__ = ("_counts",)
+
+    def __init__(self, counts: Mapping[str, int] | None = None) -> None:
+        self._counts = dict(counts or {})
+
+    def __getitem__(self, reason: str) -> int:
+        return self._counts[reason]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._counts)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._counts.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and self._counts == dict(other.items())
+
+    def __repr__(self) -> str:
+        return f"Skips({self._counts!r})"
+
+
+NO_SKIPS = Skips()
+"""``RunOutcome.skipped_by`` of a run with no skipped slot before it."""
+
+
 class RunOutcome(NamedTuple):
     """The immutable record of one run of one task.
 
@@ -62,9 +98,12 @@ class RunOutcome(NamedTuple):
     is the time the action started: the clock's reading under a runner, the
     ``now`` given to :meth:`Scheduler.tick` under ``tick``. ``started - at``
     is the run's lag. ``skipped`` is the number of a recurring task's slots
-    that its misfire policy skipped just before this run (always 0 under the
-    default, catch-up). ``value`` is what the action returned (for an
-    ``async def`` action, what it returned when awaited), or ``None``.
+    skipped just before this run (always 0 under the defaults), and
+    ``skipped_by`` the same count by reason (:data:`SKIP_REASONS`: ``misfire``,
+    ``overlap``, ``deadline``), e.g. ``{"deadline": 2}``; empty when none was.
+    ``value`` is what the action returned (for an ``async def`` action, what it
+    returned when awaited), or ``None``. At ``at`` a run of a jittered task has
+    its slot; it started after its offset.
 
     On an epoch clock (``time.time``), :meth:`at_datetime` and
     :meth:`started_datetime` give the times as aware datetimes.
@@ -78,6 +117,14 @@ class RunOutcome(NamedTuple):
     started: Time
     skipped: int = 0
     value: object = None
+    skipped_by: Skips = NO_SKIPS
+
+    def skips(self) -> Skips:
+        """``skipped_by``, or for an outcome made without it (by hand, or read back from
+        a store, which keeps the count only) its count as ``misfire``'s. O(1)."""
+        if self.skipped and not self.skipped_by:
+            return Skips({"misfire": self.skipped})
+        return self.skipped_by
 
     @property
     def lag(self) -> Time:

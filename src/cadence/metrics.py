@@ -74,7 +74,7 @@ class Collector(_PrometheusCollector):
         self._store_errors = 0
         self._last_ok: dict[str, float | None] = {}
         self._runs: dict[tuple[str, str], int] = {}  # (job, result) -> runs
-        self._skipped: dict[str, int] = {}  # job -> slots skipped by misfire
+        self._skipped: dict[tuple[str, str], int] = {}  # (job, reason) -> slots skipped
         self._durations = _Tallies(DURATION_BUCKETS)
         self._lags = _Tallies(LAG_BUCKETS)
         self._unlisten = None
@@ -124,7 +124,9 @@ class Collector(_PrometheusCollector):
                 self._durations.add(job, took)
             self._lags.add(job, lag)
             if outcome.skipped:
-                self._skipped[job] = self._skipped.get(job, 0) + outcome.skipped
+                for reason, count in outcome.skips().items():
+                    key = (job, reason)
+                    self._skipped[key] = self._skipped.get(key, 0) + count
 
     def describe(self) -> Iterable[Any]:
         """Nothing: the series are only known at scrape time."""
@@ -141,14 +143,14 @@ class Collector(_PrometheusCollector):
             "cancelled).", labels=["job", "result"],
         )  # fmt: skip
         skipped = CounterMetricFamily(
-            "cadence_slots_skipped", "Slots that never ran, by job and reason (misfire: its "
-            "misfire policy skipped them).", labels=["job", "reason"],
+            "cadence_slots_skipped", "Slots that never ran, by job and reason (misfire, "
+            "overlap, deadline: the policy that skipped them).", labels=["job", "reason"],
         )  # fmt: skip
         with self._lock:
             for (job, result), count in sorted(self._runs.items()):
                 runs.add_metric([job, result], count)
-            for job, count in sorted(self._skipped.items()):
-                skipped.add_metric([job, "misfire"], count)
+            for (job, reason), count in sorted(self._skipped.items()):
+                skipped.add_metric([job, reason], count)
             durations = self._durations.family(
                 "cadence_run_duration_seconds", "How long this process's runs took."
             )

@@ -23,7 +23,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from . import _validate
-from ._policy import Cursor, Schedule
+from ._policy import Cursor, Schedule, jitter_offset
 from ._types import Time
 
 
@@ -210,4 +210,4 @@ class _DelayCursor:
         return self._first
 
 
-__all__ = ["Cursor", "FixedDelay", "FixedRate", "Once", "Schedule"]
+__all__ = ["Cursor", "FixedDelay", "FixedRate", "Once", "Schedule", "jitter_offset"]

@@ -17,7 +17,7 @@ from collections import deque
 from typing import Any
 
 from cadence._engine import Engine, Task
-from cadence._policy import Plan
+from cadence._policy import Plan, jitter_offset
 from cadence._types import Action, RunCancelled, RunOutcome, Status, Time
 from cadence.store import OutcomeRow, TaskRow
 
@@ -75,6 +75,8 @@ def restore(row: TaskRow, action: Action, status: Status | None = None) -> Held:
     plan.rescheduled = state["rescheduled"]
     plan.slot = state["slot"]
     plan.first_at = state["first_at"]
+    if CONTROLS.intersection(spec) or CONTROL_STATE.intersection(state):
+        _controls(plan, spec, state)
     task = Held.__new__(Held)
     task.action = action
     task.status = Status(status or row.status)
@@ -90,10 +92,77 @@ def restore(row: TaskRow, action: Action, status: Status | None = None) -> Held:
     return task
 
 
+CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs"})
+"""The spec keys of the scheduling controls, stored only when set (rows written
+before them, or by tasks that use none, have none)."""
+CONTROL_STATE = frozenset({"runs", "nominal", "extra_runs", "extras", "skips", "pending"})
+"""The state keys the controls keep, stored only when set."""
+
+
+def _controls(plan: Plan, spec: dict[str, Any], state: dict[str, Any]) -> None:
+    """Set a restored plan's scheduling controls from its spec and state."""
+    _apply_spec(plan, spec)
+    plan.runs = state.get("runs", 0)
+    plan.nominal = state.get("nominal")
+    plan.extra_runs = state.get("extra_runs", 0)
+    plan.extras = state.get("extras")
+    plan.skips = state.get("skips")
+    pending = state.get("pending")
+    if pending:
+        probe = Plan()
+        _apply_spec(probe, pending)
+        plan.pending = {name: getattr(probe, name) for name in _attributes(pending)}
+    plan.extra = plan.uses_controls()
+
+
+def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
+    """Set the plan attributes a spec (or a spec fragment) names."""
+    for key, value in spec.items():
+        if key == "overlap":
+            plan.overlap_skip = value == "skip"
+        elif key == "max_retries":
+            plan.max_retries = value
+        elif key == "retry":
+            plan.retry = _codec.retry_from(value)
+        elif key == "retry_on":
+            plan.retry_on = _codec.retry_on_from(value)
+        elif key in ("misfire", "deadline", "jitter", "end", "max_runs", "priority"):
+            setattr(plan, key, value)
+
+
+_ATTRIBUTE = {"overlap": "overlap_skip"}
+
+
+def _attributes(spec: dict[str, Any]) -> list[str]:
+    """The plan attributes a spec fragment sets."""
+    return [_ATTRIBUTE.get(key, key) for key in spec]
+
+
+def spec_of(found: dict[str, object]) -> dict[str, Any]:
+    """Plan attributes (what :func:`cadence._scheduler.changes` gives) as the spec
+    fragment that stores them; ``priority`` included (a column, not in the spec).
+    Raises ``TypeError`` for a retry policy or ``retry_on`` a store cannot keep."""
+    fragment: dict[str, Any] = {}
+    for name, value in found.items():
+        if name == "overlap_skip":
+            fragment["overlap"] = "skip" if value else None
+        elif name == "retry":
+            fragment["retry"] = _codec.retry_spec(value, 1)  # type: ignore[arg-type]
+        elif name == "retry_on":
+            stored = value.paths if isinstance(value, _codec.StoredTypes) else None
+            fragment["retry_on"] = (
+                sorted(stored) if stored is not None else _codec.retry_on_spec(value)
+            )
+        else:
+            fragment[name] = value
+    return fragment
+
+
 def state_of(plan: Plan) -> dict[str, Any]:
-    """A plan's run state as stored: cursor position, retries, backlog, skips."""
+    """A plan's run state as stored: cursor position, retries, backlog, skips (and,
+    for a task with scheduling controls, what they keep)."""
     cursor = plan.cursor
-    return {
+    state: dict[str, Any] = {
         "cursor": None if cursor is None else [cursor.state()],  # type: ignore[attr-defined]
         "slot": plan.slot,
         "first_at": plan.first_at,
@@ -103,6 +172,15 @@ def state_of(plan: Plan) -> dict[str, Any]:
         "skipped": plan.skipped,
         "rescheduled": plan.rescheduled,
     }
+    if plan.extra or plan.skips:
+        for key, value in (
+            ("runs", plan.runs), ("nominal", plan.nominal), ("extra_runs", plan.extra_runs),
+            ("extras", plan.extras), ("skips", plan.skips),
+            ("pending", None if not plan.pending else spec_of(plan.pending)),
+        ):  # fmt: skip
+            if value:
+                state[key] = value
+    return state
 
 
 def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
@@ -114,15 +192,19 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
     plan = task.plan
     assert plan is not None
     old = task.row
+    spec = old.spec  # specs are replaced, never changed in place: shared, with its JSON
+    pending = old.state.get("pending")
+    if pending and not plan.pending:  # the changes that waited for the run now apply
+        spec = {**spec, **{k: v for k, v in pending.items() if k != "priority"}}
     row = TaskRow(
         old.task_id,
         old.action,
-        old.spec,  # specs are replaced, never changed in place: shared, with its JSON
+        spec,
         state_of(plan),
         str(task.status),
         plan.paused,
         task.entry[0],
-        old.priority,
+        plan.priority,
         old.seq,
         old.fence,
         old.owner if keep_lease else None,
@@ -136,8 +218,12 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
 
 def slot_of(row: TaskRow) -> Time:
     """The slot of a row's current run: its idempotency key is ``f"{task_id}@{slot!r}"``."""
-    slot: Time = row.due if not row.state["attempt"] else row.state["first_at"]
-    return slot
+    state = row.state
+    if state["attempt"]:
+        first: Time = state["first_at"]
+        return first
+    nominal: Time | None = state.get("nominal")
+    return row.due if nominal is None else nominal
 
 
 def outcome_row(row: TaskRow, outcome: RunOutcome, finished: Time) -> OutcomeRow:
@@ -198,8 +284,12 @@ def new_row(
     plan: Plan,
     first: Time,
 ) -> TaskRow:
-    """The row of a task just scheduled, its first run at ``first``."""
-    plan.slot = first
+    """The row of a task just scheduled, its first run at ``first`` (started
+    :func:`~cadence._policy.jitter_offset` later if the task is jittered)."""
+    plan.slot = due = first
+    if plan.jitter:
+        plan.nominal = first
+        due = first + jitter_offset(task_id, first, plan.jitter)
     return TaskRow(
-        task_id, action, spec, state_of(plan), str(Status.SCHEDULED), False, first, plan.priority
+        task_id, action, spec, state_of(plan), str(Status.SCHEDULED), False, due, plan.priority
     )

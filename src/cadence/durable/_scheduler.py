@@ -10,12 +10,12 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar, Unpack
 
 from cadence import _validate
 from cadence._calls import Bound, prepare
-from cadence._engine import raiser, task_info
+from cadence._engine import raiser, run_at, task_info
 from cadence._events import Event, EventKind
 from cadence._policy import RetryOn, RetryPolicy, Schedule
 from cadence._scheduler import (
@@ -23,8 +23,14 @@ from cadence._scheduler import (
     Clock,
     Scheduler,
     TaskOptions,
+    backfill_overlap,
+    changes,
+    check_end,
+    controls,
     fatal,
     make_plan,
+    slots_in,
+    window,
 )
 from cadence._types import (
     CLAIMED,
@@ -40,6 +46,7 @@ from cadence._types import (
     epoch_shown,
 )
 from cadence.misfire import Misfire
+from cadence.overlap import Overlap
 from cadence.schedules import FixedRate, Once
 from cadence.store import Change, Edit, Known, OutcomeRow, Store, StoreError, TaskRow
 
@@ -51,6 +58,7 @@ from ._rows import (
     outcome_row,
     restore,
     slot_of,
+    spec_of,
     state_of,
     value_from,
 )
@@ -407,6 +415,11 @@ class DurableScheduler(Scheduler):
         misfire: Misfire | None = None,
         priority: int = 0,
         replace_existing: bool = False,
+        overlap: Overlap | None = None,
+        deadline: Time | timedelta | None = None,
+        jitter: Time | timedelta | None = None,
+        end: Time | datetime | None = None,
+        max_runs: int | None = None,
     ) -> bool:
         """As :meth:`cadence.Scheduler.schedule`; the task is stored when this returns.
 
@@ -419,7 +432,7 @@ class DurableScheduler(Scheduler):
         stored when it raises.
         """
         row = self._row(task_id, when, action, args, kwargs, max_retries, retry, retry_on,
-                        misfire, priority)  # fmt: skip
+                        misfire, priority, (overlap, deadline, jitter, end, max_runs))  # fmt: skip
 
         replaced = False
 
@@ -452,6 +465,11 @@ class DurableScheduler(Scheduler):
         priority: int = 0,
         owner: str | None = None,
         zone: str | None = None,
+        overlap: Overlap | None = None,
+        deadline: Time | timedelta | None = None,
+        jitter: Time | timedelta | None = None,
+        end: Time | datetime | None = None,
+        max_runs: int | None = None,
     ) -> bool:
         r"""Make sure a task exists as declared: for tasks declared at every start-up.
 
@@ -476,7 +494,7 @@ class DurableScheduler(Scheduler):
         :attr:`Entry.zone`); it changes nothing about when the task runs.
         """
         row = self._row(task_id, when, action, args, kwargs, max_retries, retry, retry_on,
-                        misfire, priority)  # fmt: skip
+                        misfire, priority, (overlap, deadline, jitter, end, max_runs))  # fmt: skip
         for name, value in (("owner", owner), ("zone", zone)):
             if value is not None:
                 if not isinstance(value, str) or not value:
@@ -501,7 +519,7 @@ class DurableScheduler(Scheduler):
             stored = row.state["cursor"]
             schedule: Any = _codec.schedule_from(row.spec["schedule"])
             cursor = None if stored is None else schedule.resume(stored[0])
-            task.engine.reschedule(task.task_id, cursor, row.due)
+            task.engine.reschedule(task.task_id, cursor, slot_of(row))
             new, requeued = dump(task, keep_lease=old.status in LEASED)
             new.action, new.spec, new.priority = row.action, row.spec, row.priority
             return Change(True, row=new, requeued=requeued)
@@ -541,8 +559,10 @@ class DurableScheduler(Scheduler):
         retry_on: RetryOn | None,
         misfire: Misfire | None,
         priority: int,
+        control: tuple[Any, Any, Any, Any, Any] = (None, None, None, None, None),
     ) -> TaskRow:
-        """Check everything a new task needs and build its row (nothing is stored)."""
+        """Check everything a new task needs and build its row (nothing is stored);
+        ``control`` is ``(overlap, deadline, jitter, end, max_runs)``."""
         if not isinstance(task_id, str):
             raise TypeError(
                 f"task_id must be a str for a durable task, got {task_id!r} "
@@ -553,6 +573,8 @@ class DurableScheduler(Scheduler):
         plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)  # validates
         if isinstance(when, Once) and misfire is not None:
             raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
+        overlap, deadline, jitter, end, max_runs = control
+        controls(plan, when, overlap, deadline, jitter, self._end(end), max_runs)
         stored_args = None if args is None else _codec.json_value("args", args)
         stored_kwargs = None if kwargs is None else _codec.json_value("kwargs", kwargs)
         prepare(function, stored_args, stored_kwargs)  # the call shape, checked now
@@ -565,7 +587,14 @@ class DurableScheduler(Scheduler):
             "retry_on": _codec.retry_on_spec(retry_on),
             "misfire": None if misfire is None else misfire.limit,
         }
+        for key, value in (
+            ("overlap", "skip" if plan.overlap_skip else None), ("deadline", plan.deadline),
+            ("jitter", plan.jitter), ("end", plan.end), ("max_runs", plan.max_runs),
+        ):  # fmt: skip
+            if value is not None:  # stored only when set: rows without them stay as they were
+                spec[key] = value
         cursor, first = self._first(when)
+        check_end(plan, first)
         plan.cursor = cursor
         return new_row(task_id, name, spec, plan, first)
 
@@ -651,6 +680,70 @@ class DurableScheduler(Scheduler):
             return task.engine.reschedule(task.task_id, cursor, first, when)
 
         return self._apply(task_id, operation, None)
+
+    def update(self, task_id: Hashable, **options: Any) -> bool:
+        """As :meth:`cadence.Scheduler.update`, in the store: every node sees it. A run
+        in flight on any node finishes as it began; the changes, stored beside it,
+        apply when its completion is committed. ``args``/``kwargs`` must be JSON and
+        fit the action (checked against it where this process knows it). One
+        transaction. Raises, besides what ``Scheduler.update`` raises, what
+        :meth:`schedule` raises for options a store cannot keep."""
+        found = changes(options)
+        fragment = spec_of(found)
+        if "retry" in found:  # None: the scheduler's default, stored as what it is
+            fragment["retry"] = _codec.retry_spec(
+                found["retry"] or self._engine._retry,  # type: ignore[arg-type]
+                self._engine._backoff,
+            )
+            found["retry"] = _codec.retry_from(fragment["retry"])
+        call: dict[str, Any] = {k: options[k] for k in ("args", "kwargs") if k in options}
+        for key, value in call.items():
+            call[key] = None if value is None else _codec.json_value(key, value)
+
+        def operation(task: Held) -> bool:
+            spec = task.row.spec
+            if call:
+                new: dict[str, Any] = {**spec, **call}
+                function = self._callable(task.row.action)
+                if function is not None:
+                    prepare(function, new["args"], new["kwargs"])  # the call shape
+                spec = new
+            if task.status not in LEASED:
+                spec = {**spec, **{k: v for k, v in fragment.items() if k != "priority"}}
+            task.row.spec = spec  # replaced, never changed in place
+            return task.engine.update(task.task_id, found)
+
+        return self._apply(task_id, operation, None)
+
+    def backfill(
+        self,
+        task_id: Hashable,
+        start: Time | datetime,
+        end: Time | datetime,
+        *,
+        overlap: Overlap | None = None,
+    ) -> int:
+        """As :meth:`cadence.Scheduler.backfill`, in the store: the slots are queued on
+        the task's row, so any node runs them and a node killed mid-backfill leaves
+        the rest to the others (each once: fenced as every run). A slot that already
+        has a recorded outcome (:meth:`history`) is not run again. One read and one
+        transaction."""
+        low, high = window(self._end(start), self._end(end))
+        idle_only = backfill_overlap(overlap)
+        if not isinstance(task_id, str):
+            return 0
+        done = self._store.recorded(task_id, low, high)
+        queued = 0
+
+        def operation(task: Held) -> bool:
+            nonlocal queued
+            assert task.plan is not None
+            slots = [slot for slot in slots_in(task.plan, low, high) if slot not in done]
+            queued = task.engine.backfill(task.task_id, slots, idle_only=idle_only)
+            return queued > 0
+
+        self._apply(task_id, operation, None)
+        return queued
 
     def trigger(self, task_id: Hashable) -> bool:
         """As :meth:`cadence.Scheduler.trigger`, in the store (now is the store's
@@ -1071,17 +1164,17 @@ class DurableScheduler(Scheduler):
                 "task %r: its run at %s could not be given back; it is taken over once "
                 "its lease expires",
                 task.task_id,
-                epoch_shown(task.entry[0]),
+                epoch_shown(run_at(task)),
             )
         else:
             logger.info(
                 "task %r: its run at %s was stopped by this node's shutdown and given back: "
                 "it runs again (same key) on the next node to claim it",
                 task.task_id,
-                epoch_shown(task.entry[0]),
+                epoch_shown(run_at(task)),
             )
         outcome = RunOutcome(
-            task.task_id, task.entry[0], Result.RETRY, error, task.row.state.get("attempt", 0),
+            task.task_id, run_at(task), Result.RETRY, error, task.row.state.get("attempt", 0),
             started,
         )  # fmt: skip
         if self._listeners:
@@ -1282,7 +1375,7 @@ class DurableScheduler(Scheduler):
             "task %r: the completion of its run at %s could not be recorded (%r); the run "
             "will be taken over when its lease expires",
             task.task_id,
-            epoch_shown(task.entry[0]),
+            epoch_shown(run_at(task)),
             exc,
         )
         if self._listeners:
@@ -1321,7 +1414,9 @@ class DurableScheduler(Scheduler):
                 result, row=again, outcome=outcome_row(row, result, finished), requeued=queued
             )
 
-        return Edit(claimed.task_id, complete, task.fence, (claimed.version, expected)), outcome
+        # Changes that waited for this run change the spec: written by the full path.
+        ahead = None if "pending" in claimed.state else (claimed.version, expected)
+        return Edit(claimed.task_id, complete, task.fence, ahead), outcome
 
     def _settled(
         self,

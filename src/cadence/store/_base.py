@@ -669,6 +669,12 @@ class Store(Protocol):
         """The task's latest ``limit`` outcomes, newest first."""
         ...
 
+    def recorded(self, task_id: str, start: Time, end: Time) -> set[Time]:
+        """The slots in ``[start, end)`` of the task that have a recorded outcome (any
+        result): what a backfill does not run again. Read-only; one query, an index
+        range on a database store."""
+        ...
+
     def recent(self, task_ids: Sequence[str], per_task: int) -> dict[str, list[OutcomeRow]]:
         """The latest ``per_task`` outcomes of each of ``task_ids``, newest first (what
         a dashboard's list draws its sparklines from); a task without any maps to

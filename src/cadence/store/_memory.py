@@ -217,6 +217,14 @@ class MemoryStore(StoreBase):
             mine = [o for o in self._outcomes.values() if o.task_id == task_id]
         return list(reversed(mine))[:limit]
 
+    def recorded(self, task_id: str, start: Time, end: Time) -> set[Time]:
+        """See :meth:`cadence.store.Store.recorded`. O(outcomes)."""
+        with self._lock:
+            return {
+                o.slot for o in self._outcomes.values()
+                if o.task_id == task_id and start <= o.slot < end
+            }  # fmt: skip
+
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`cadence.store.Store.prune`. O(n)."""
         with self._lock:

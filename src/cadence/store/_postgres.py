@@ -761,6 +761,17 @@ class PostgresStore(StoreBase):
         )
         return [outcome for found_row in found if (outcome := outcome_from(found_row, _time))]
 
+    def recorded(self, task_id: str, start: Time, end: Time) -> set[Time]:
+        """See :meth:`cadence.store.Store.recorded`."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT DISTINCT slot FROM {self._p}outcomes WHERE task_id = %s AND "
+                "slot >= %s AND slot < %s",
+                (task_id, _num(start), _num(end)),
+            ).fetchall()
+        )
+        return {_time(slot) for (slot,) in found}
+
     def recent(self, task_ids: Sequence[str], per_task: int) -> dict[str, list[OutcomeRow]]:
         """See :meth:`cadence.store.Store.recent`: one query, an index range per task
         (a ``LATERAL`` join over the ids)."""

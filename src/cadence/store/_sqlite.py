@@ -536,6 +536,15 @@ class SQLiteStore(StoreBase):
         )
         return [OutcomeRow(*r) for r in found.fetchall()]
 
+    def recorded(self, task_id: str, start: Time, end: Time) -> set[Time]:
+        """See :meth:`cadence.store.Store.recorded`."""
+        found = self._db().execute(
+            f"SELECT DISTINCT slot FROM {self._p}outcomes WHERE task_id = ? AND slot >= ? "
+            "AND slot < ?",
+            (task_id, start, end),
+        )
+        return {slot for (slot,) in found.fetchall()}
+
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`cadence.store.Store.prune`."""
         p = self._p
