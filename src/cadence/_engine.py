@@ -38,7 +38,16 @@ from collections.abc import Hashable, Mapping
 from ._policy import Cursor, Plan, RetryPolicy, jitter_offset
 from ._queue import Entry, RunQueue
 from ._types import (
-    FINISHED, NO_SKIPS, UNFINISHED, Action, Result, RunOutcome, Skips, Status, TaskInfo, Time,
+    FINISHED,
+    NO_SKIPS,
+    UNFINISHED,
+    Action,
+    Result,
+    RunOutcome,
+    Skips,
+    Status,
+    TaskInfo,
+    Time,
 )  # fmt: skip
 from ._validate import LIMIT, PLAIN, time_from
 from .schedules import Once
@@ -680,13 +689,18 @@ class Engine:
         deadline = plan.deadline
         assert deadline is not None
         limit = now - deadline
-        if plan.attempt or plan.extra_runs or run_at(task) >= limit:
+        if plan.attempt or plan.extra_runs or task.entry[0] >= limit:  # its start: jittered
             return True
         count = 1
+        task_id = task.entry[2]
         try:
             while True:
                 nxt = self._following(plan, now, limit)
-                if nxt is None or nxt >= limit:
+                if nxt is None:
+                    break
+                if (
+                    nxt + jitter_offset(task_id, nxt, plan.jitter) if plan.jitter else nxt
+                ) >= limit:
                     break
                 count += 1
         except BaseException as exc:
@@ -702,9 +716,9 @@ class Engine:
 
     def _following(self, plan: Plan, now: Time, limit: Time) -> Time | None:
         """The run after a skipped one: the backlog's next, else the cursor's (every
-        slot before ``limit`` stepped over at once when the cursor can ``skip``),
-        within ``end`` and ``max_runs``; ``None`` if the schedule ends. Raises what
-        the cursor raises."""
+        slot that starts before ``limit`` even unjittered stepped over at once when
+        the cursor can ``skip``), within ``end`` and ``max_runs``; ``None`` if the
+        schedule ends. Raises what the cursor raises."""
         if plan.max_runs is not None and plan.runs >= plan.max_runs:
             return None
         backlog, cursor = plan.backlog, plan.cursor
@@ -716,8 +730,9 @@ class Engine:
             return None
         else:
             skip = getattr(cursor, "skip", None)
-            if skip is not None and plan.slot < limit:
-                skipped, tail = skip(limit, 1)
+            bound = limit - plan.jitter if plan.jitter else limit  # offsets are < jitter
+            if skip is not None and plan.slot < bound:
+                skipped, tail = skip(bound, 1)
                 if skipped and tail[-1] == limit:  # exactly at its deadline: in time
                     skipped -= 1
                     plan.slot = tail[-1]

@@ -11,8 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import deque
-from collections.abc import Hashable
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from ._types import Time

@@ -56,6 +56,7 @@ class Result(StrEnum):
 SKIP_REASONS = ("misfire", "overlap", "deadline")
 """Why a slot can be skipped: its misfire policy, its overlap policy, its deadline."""
 
+
 class Skips(Mapping[str, int]):
     """Skipped slots by reason (:data:`SKIP_REASONS`), as ``RunOutcome.skipped_by``
     gives them: a read-only mapping, hashable like the outcome that holds it, equal

@@ -140,3 +140,65 @@ def test_bad_windows_and_urls_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "--until: 'forever' is not a duration" in capsys.readouterr().err
     assert main(["status", "--store", "mysql://db"]) == 2
     assert "store URL 'mysql://db' is not one of" in capsys.readouterr().err
+
+
+def test_the_scheduling_controls_in_a_plan(tmp_path: Path) -> None:
+    """``jitter`` lists each slot with its start; ``max_runs`` and ``end`` end a job."""
+    from cadence.schedules import jitter_offset
+
+    job = (
+        '[[jobs]]\nid = "j"\nevery = "1h"\nstart = "2026-06-01T00:00:00+00:00"\n'
+        'command = "true"\njitter = "10m"\nmax_runs = 2\n'
+        '[[jobs]]\nid = "e"\nevery = "1h"\nstart = "2026-06-01T00:00:00+00:00"\n'
+        'command = "true"\nend = "2026-06-01T01:30:00+00:00"\n'
+    )
+    runs = plan(tmp_path, job, "--from", "2026-06-01T00:00:00+00:00", "--until", "+5h")
+    jittered = [r for r in runs if r["job"] == "j"]
+    assert [r["time"] for r in jittered] == [
+        "2026-06-01T00:00:00+00:00",
+        "2026-06-01T01:00:00+00:00",
+    ]
+    for run in jittered:
+        assert run["starts"] == run["at"] + jitter_offset("j", run["at"], 600)
+    assert [r["time"] for r in runs if r["job"] == "e"] == [
+        "2026-06-01T00:00:00+00:00", "2026-06-01T01:00:00+00:00",
+    ]  # fmt: skip
+    assert all("starts" not in r for r in runs if r["job"] == "e")
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ('overlap = "sometimes"', "key 'overlap': 'sometimes' is not one of buffer, skip"),
+        ('deadline = "soon"', "key 'deadline': 'soon' is not a duration"),
+        ('jitter = "-1s"', "key 'jitter'"),
+        ("max_runs = 0", "key 'max_runs': 0 is not an int >= 1"),
+        ('end = "tomorrow"', "key 'end': 'tomorrow' is not an ISO 8601 time"),
+    ],
+)
+def test_bad_control_keys_are_refused_with_the_key_named(
+    tmp_path: Path, keys: str, message: str
+) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(f'[[jobs]]\nid = "x"\nevery = "1h"\ncommand = "true"\n{keys}\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "plan", str(jobs)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_a_one_off_job_has_no_recurring_controls(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[defaults]\nmax_runs = 3\n[[jobs]]\nid = "x"\nat = "2030-01-01T00:00:00+00:00"\n'
+        'command = "true"\ndeadline = "5m"\n[[jobs]]\nid = "y"\nat = "2030-01-01T00:00:00+00:00"\n'
+        'command = "true"\noverlap = "skip"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "plan", str(jobs)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2  # the default max_runs is left out for x; y's own overlap is not
+    assert "job 'y': key 'overlap': a one-off ('at') job has no slots" in done.stderr

@@ -347,3 +347,27 @@ def test_run_and_status_on_postgresql(cli: Cli, pg_dsn: str, pg_prefix: str) -> 
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as db:
             db.execute(f"DROP DATABASE {dbname} WITH (FORCE)")
+
+
+def test_backfill_from_another_process_runs_each_missed_slot_once(cli: Cli) -> None:
+    """``cadence backfill`` queues the slots a running node then runs, oldest first, each
+    with its own key; slots already recorded, and the live schedule's, are not queued."""
+    cli.write(
+        f'[[jobs]]\nid = "t"\nevery = "1h"\nstart = "2026-01-01T00:00:00+00:00"\n'
+        f'misfire = "skip"\n{RECORD}\n'
+    )
+    proc = cli.start()
+    cli.wait(lambda: cli("status").returncode == 0 and "t " in cli("status").stdout)
+    done = cli("backfill", "t", "--from=-3h", "--until=-1h")
+    assert done.returncode == 0, done.stderr
+    assert "2 slots queued" in done.stderr
+    cli.wait(lambda: len(cli.lines()) == 2)
+    slots = [float(line.split()[1]) for line in cli.lines()]
+    assert slots == sorted(slots)
+    assert slots[1] - slots[0] == 3600
+    again = cli("backfill", "t", "--from=-3h", "--until=-1h")
+    assert "0 slots queued" in again.stderr  # recorded now: not run again
+    assert cli("backfill", "nope", "--from=-1h").returncode == 1
+    assert cli("backfill", "t", "--from=-1h", "--until=-2h").returncode == 2
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0

@@ -3,8 +3,8 @@
 ``cadence run jobs.toml`` loads a job file into a store (SQLite by default)
 and runs due jobs until SIGTERM/SIGINT; ``cadence plan jobs.toml`` shows
 every run the file would make in a window, in virtual time through the real
-engine; ``status``, ``history``, ``pause``, ``resume``, ``cancel`` and
-``trigger`` work on a store that running nodes share. ``docs/cli.md``
+engine; ``status``, ``history``, ``pause``, ``resume``, ``cancel``,
+``trigger`` and ``backfill`` work on a store that running nodes share. ``docs/cli.md``
 documents each; the pinned part (keys, URLs, exit statuses, JSON shapes) is
 ``../shared/spec/cli.md``. This module is the parser and the entry point;
 the subcommands are in ``_subcommands``, the job file in ``_jobfile``, ``run``'s
@@ -31,6 +31,7 @@ from cadence.cli._secrets import ScrubFormatter, hide, scrub
 from cadence.cli._subcommands import (
     DEFAULT_STORE,
     CliError,
+    _backfill,
     _check,
     _control,
     _history,
@@ -142,7 +143,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _controls(sub: Any, store_arg: Callable[[argparse.ArgumentParser], None]) -> None:
-    """``pause``, ``resume``, ``cancel``, ``trigger``: one parser each, one handler."""
+    """``pause``, ``resume``, ``cancel``, ``trigger``: one parser each, one handler;
+    and ``backfill``."""
     for name, text in [
         ("pause", "keep a task from running until resumed"),
         ("resume", "let a paused task run again"),
@@ -153,6 +155,21 @@ def _controls(sub: Any, store_arg: Callable[[argparse.ArgumentParser], None]) ->
         control.add_argument("id")
         store_arg(control)
         control.set_defaults(run=_control, operation=name)
+    backfill = sub.add_parser(
+        "backfill", help="run each slot of a task's schedule in a past window once"
+    )
+    backfill.add_argument("id")
+    backfill.add_argument(
+        "--from",
+        dest="start",
+        required=True,
+        metavar="WHEN",
+        help="ISO 8601, or -DURATION before now (write --from=-3h): the window's start",
+    )
+    backfill.add_argument("--until", default="now", metavar="WHEN",
+                          help="its end, excluded (default: now)")  # fmt: skip
+    store_arg(backfill)
+    backfill.set_defaults(run=_backfill)
 
 
 # -- helpers -------------------------------------------------------------------

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cadence._policy import Schedule
 from cadence.durable import json_value, resolve_path
 from cadence.misfire import Misfire
+from cadence.overlap import MODES, Overlap
 from cadence.report import local_zone
 from cadence.retry import JITTERS, Backoff
 from cadence.schedules import FixedRate, Once
@@ -30,9 +31,11 @@ COMMAND = "cadence.cli._command:run_command"
 JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
      "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
-     "cwd"}
+     "cwd", "overlap", "deadline", "jitter", "end", "max_runs"}
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call"}
+RECURRING_KEYS = frozenset({"misfire", "overlap", "end", "max_runs"})
+"""Keys a one-off (``at``) job has no use for: left out of the defaults it takes."""
 RETRY_KEYS = frozenset({"base", "cap", "jitter"})
 MISFIRES = {"catch_up": Misfire.CATCH_UP, "skip": Misfire.SKIP, "coalesce": Misfire.COALESCE}
 _UNITS = {"ms": 0.001, "s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400}
@@ -105,6 +108,11 @@ class Job:
     timeout: float | None = None
     on_failure: str | list[str] | None = None
     ping: str | None = None
+    overlap: Overlap | None = None
+    deadline: float | None = None
+    jitter: float | None = None
+    end: datetime | None = None
+    max_runs: int | None = None
 
     @property
     def zone_name(self) -> str | None:
@@ -121,6 +129,11 @@ class Job:
             "max_retries": self.max_retries,
             "retry": self.retry,
             "misfire": self.misfire,
+            "overlap": self.overlap,
+            "deadline": self.deadline,
+            "jitter": self.jitter,
+            "end": self.end,
+            "max_runs": self.max_runs,
         }
 
 
@@ -215,9 +228,9 @@ def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     """A job's keys over the defaults; a default that does not apply to it is left out
     (``misfire`` for a one-off, ``timeout`` for a ``call``, ``args`` for a ``command``)."""
     merged = {**defaults, **raw}
-    unfit = set()
+    unfit: set[str] = set()
     if "at" in raw:
-        unfit.add("misfire")
+        unfit |= RECURRING_KEYS
     if "call" in raw:
         unfit |= {"timeout", "env", "inherit_env", "cwd"}
     if "command" in raw:
@@ -257,10 +270,32 @@ def _job(path: Path, job_id: str, raw: dict[str, Any], imports: bool = True) -> 
         raise JobFileError(f"{key('max_retries')}: {max_retries!r} is not an int >= 0")
     retry = _retry(raw["retry"], key("retry")) if "retry" in raw else None
     misfire = _misfire(raw["misfire"], key("misfire")) if "misfire" in raw else None
-    if misfire is not None and kind == "at":
-        raise JobFileError(f"{key('misfire')}: a one-off ('at') job has no missed slots")
-    return Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout,
-               _on_failure(raw, key), _ping(raw, key))  # fmt: skip
+    for name in sorted(RECURRING_KEYS & set(raw)):
+        if kind == "at":
+            raise JobFileError(f"{key(name)}: a one-off ('at') job has no slots to apply it to")
+    job = Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout,
+              _on_failure(raw, key), _ping(raw, key))  # fmt: skip
+    if "overlap" in raw:
+        job.overlap = _overlap(raw["overlap"], key("overlap"))
+    if "deadline" in raw:
+        job.deadline = duration(raw["deadline"], key("deadline"))
+    if "jitter" in raw:
+        job.jitter = duration(raw["jitter"], key("jitter"))
+    if "end" in raw:
+        job.end = instant(raw["end"], key("end"), tz)
+    if "max_runs" in raw:
+        max_runs = raw["max_runs"]
+        if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 1:
+            raise JobFileError(f"{key('max_runs')}: {max_runs!r} is not an int >= 1")
+        job.max_runs = max_runs
+    return job
+
+
+def _overlap(value: Any, what: str) -> Overlap:
+    """``overlap``: the name of an overlap policy."""
+    if isinstance(value, str) and value in MODES:
+        return Overlap.named(value)
+    raise JobFileError(f"{what}: {value!r} is not one of {', '.join(MODES)}")
 
 
 def _on_failure(raw: dict[str, Any], key: Callable[[str], str]) -> str | list[str] | None:

@@ -187,6 +187,8 @@ def declare(sched: DurableScheduler, jobs: list[Job], owner: str, *, strict: boo
             )
         except StoreError as exc:  # its stored row cannot be read: the other jobs still run
             log.error("job %r not loaded, its stored row left as it is: %s", job.id, exc)
+        except ValueError as exc:  # e.g. an end before its first run: the others still run
+            log.error("job %r not loaded: %s", job.id, exc)
     removed = []
     for row, _ in sched.store.page(unfinished=True):  # owners are in the rows: no read each
         if (

@@ -13,6 +13,7 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cadence._types import FINISHED
 from cadence.cli._jobfile import duration, instant, load, zone
 from cadence.report import (
     history_entry,
@@ -59,11 +60,14 @@ def _zone(name: str | None) -> tzinfo | None:
 
 
 def _when(value: str, base: float, what: str) -> float:
-    """``now``, ``+DURATION`` (from ``base``) or an ISO 8601 time, as epoch seconds."""
+    """``now``, ``+DURATION`` (after ``base``), ``-DURATION`` (before ``base``) or an ISO
+    8601 time, as epoch seconds."""
     if value == "now":
         return time.time()
     if value.startswith("+"):
         return base + duration(value[1:], what)
+    if value.startswith("-"):
+        return base - duration(value[1:], what)
     return instant(value, what, local_zone()).timestamp()
 
 
@@ -83,12 +87,15 @@ def _plan_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([
             {"job": job.id, "at": at,
-             "time": datetime.fromtimestamp(at, shown or job.zone).isoformat()}
-            for job, at in runs
+             "time": datetime.fromtimestamp(at, shown or job.zone).isoformat(),
+             **({"starts": starts} if job.jitter else {})}
+            for job, at, starts in runs
         ]))  # fmt: skip
     else:
-        for job, at in runs:
+        for job, at, starts in runs:
             late = "  (late: runs at once)" if at < start else ""
+            if job.jitter and starts > at:
+                late += f"  (starts {time_shown(starts, shown or job.zone)}: jitter)"
             print(f"{time_shown(at, shown or job.zone)}  {job.id}{late}")
         sys.stdout.flush()
         tz = shown or local_zone()
@@ -239,6 +246,34 @@ def _control(args: argparse.Namespace) -> int:
             1, f"{args.operation} {args.id!r}: {_why_not(sched, args.operation, args.id)}"
         )
     print(f"{args.operation}: {args.id}", file=sys.stderr)
+    return 0
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    """``cadence backfill ID --from WHEN [--until WHEN]``: queue the task's slots of a
+    past window in the store (a running node runs them); exit 1 for an unknown or
+    finished task, 2 for a bad window or a schedule without slots."""
+    sched = _scheduler(args.store)
+    now = time.time()
+    start = _when(args.start, now, "--from")
+    until = _when(args.until, now, "--until")
+    if until < start:
+        raise CliError(2, f"--until {args.until!r} is before --from {args.start!r}")
+    status = sched.status(args.id)
+    if status is None:
+        raise CliError(1, f"no task {args.id!r} in {redacted(args.store)}")
+    if status in FINISHED:
+        raise CliError(1, f"backfill {args.id!r}: it is finished ({status})")
+    try:
+        queued = sched.backfill(args.id, start, until)
+    except ValueError as exc:
+        raise CliError(2, f"backfill {args.id!r}: {exc}") from None
+    tz = local_zone()
+    print(
+        f"backfill: {args.id}: {queued} slots queued in {time_shown(start, tz)} .. "
+        f"{time_shown(until, tz)} (slots already recorded or still ahead are not)",
+        file=sys.stderr,
+    )
     return 0
 
 
