@@ -435,3 +435,56 @@ def test_every_slot_ran_or_was_skipped_and_counted(
     finally:
         for sched in scheds:
             sched.store.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 35)), min_size=1, max_size=10),
+    overlap=st.sampled_from([Overlap.BUFFER, Overlap.SKIP]),
+    deadline=st.one_of(st.none(), st.integers(0, 25)),
+    misfire=st.sampled_from([None, Misfire.SKIP, Misfire.COALESCE]),
+)
+def test_runs_that_take_time_leave_every_slot_accounted_for(
+    tmp_path_factory: Any,
+    steps: list[tuple[int, int]],
+    overlap: Overlap,
+    deadline: int | None,
+    misfire: Any,
+) -> None:
+    """Driven as a runner drives it (claim, run for a while, complete), memory and a
+    SQLite file decide alike, no run starts on a slot that fell due while the previous
+    run was in flight under ``Overlap.SKIP``, and ran + skipped by reason = due."""
+    path = tmp_path_factory.mktemp("run") / "r.db"
+    scheds = [
+        Scheduler(clock=ManualClock(0)),
+        AutoRegistering(SQLiteStore(path), clock=ManualClock(0)),
+    ]
+    try:
+        got: list[list[RunOutcome]] = [[], []]
+        for sched, outcomes in zip(scheds, got, strict=True):
+            sched.schedule("t", FixedRate(10), nothing, overlap=overlap, deadline=deadline,
+                           misfire=misfire)  # fmt: skip
+            now, spans = 0, []
+            for wait, took in [*steps, (0, 0)]:
+                now += wait
+                task = sched._claim(now)
+                if task is not None:
+                    outcomes.append(sched._complete(task, None, now, now + took))
+                    spans.append((now, now + took))
+                    now += took
+            head = sched.next_run_time("t")
+            assert head is not None
+            outcomes += sched.tick(head)  # the last skips are reported on this run
+        assert got[0] == got[1]
+        memory = got[0]
+        stats = Stats()
+        stats.record_all(memory)
+        snap = stats.snapshot()
+        assert snap.runs + snap.skipped == memory[-1].at // 10 + 1
+        if overlap is Overlap.SKIP:
+            for (started, finished), later in zip(spans, memory[1:], strict=False):
+                assert not started < later.at <= finished
+        else:
+            assert "overlap" not in snap.skipped_by
+    finally:
+        scheds[1].store.close()  # type: ignore[attr-defined]

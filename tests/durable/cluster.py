@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from cadence import DurableScheduler, Misfire, Status
+from cadence import DurableScheduler, FixedRate, Misfire, Status
 
 ROOT = Path(__file__).resolve().parents[2]
 EFFECT = "tests.durable.jobs:effect"
@@ -135,6 +135,40 @@ class Cluster:
         assert len({o.slot for o in coalesce}) == len(coalesce)
         assert history["skip"][0].skipped >= 10
         assert all(n == 1 for n in self.completions().values())
+
+    def backfill_with_a_kill(self) -> None:
+        """A backfill of 40 hourly slots, half of whose first attempts fail, run by two
+        nodes, one SIGKILLed mid-run and replaced: every slot's effect once, each
+        (slot, attempt) recorded once, the live schedule not moved, duplicate starts
+        only for the run in flight on the killed node."""
+        period = 3600.0
+        first = (time.time() // period + 1) * period  # the live schedule: the next hour
+        self.sched.schedule("bf", FixedRate(period, start=first), EFFECT, args=[], max_retries=2)
+        queued = self.sched.backfill("bf", first - 41 * period, first - period)
+        assert queued == 40  # the 40 hours before the last one, all past
+        slots = [first - k * period for k in range(41, 1, -1)]
+        env = {"LEASE": "1", "EFFECT_SLEEP": "0.05", "EFFECT_FAIL_FIRST": str(period)}
+        nodes = [self.spawn(**env) for _ in range(2)]
+        deadline = time.monotonic() + 60
+        while len(self.effect_keys()) < 10:  # mid-backfill
+            assert time.monotonic() < deadline, f"the backfill did not start\n{self.logs()}"
+            time.sleep(0.02)
+        self.kill(nodes[0])
+        nodes[0] = self.spawn(**env)
+        keys = {f"bf@{slot!r}" for slot in slots}
+        while self.effect_keys() != keys:
+            assert time.monotonic() < deadline, f"not backfilled in 60 s\n{self.logs()}"
+            time.sleep(0.05)
+        for node in nodes:
+            node.terminate()
+            node.wait(30)
+        assert all(n == 1 for n in self.completions().values())
+        done = [o for o in self.sched.history("bf", 1000) if o.result in ("ok", "failed")]
+        assert sorted(o.slot for o in done) == slots  # each slot once, none twice
+        assert self.sched.next_run_time("bf") == first  # the live schedule did not move
+        retried = sum(1 for slot in slots if round(slot / period) % 2 == 0)
+        again = sum(self.starts().values()) - len(slots) - retried
+        assert 0 <= again <= self.kills  # only the run in flight on the killed node
 
     def rolling_deploy(self) -> None:
         """A rolling deploy: tasks of an action only the new version registers wait,

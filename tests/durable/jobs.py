@@ -24,12 +24,17 @@ def effect(*, run: RunContext) -> None:
 
     Also appends a start line first, so a test can count starts (re-executions)
     apart from effects (which the key deduplicates, as a real action would).
-    Sleeps $EFFECT_SLEEP seconds in between, so kills land mid-run.
+    Sleeps $EFFECT_SLEEP seconds in between, so kills land mid-run. With
+    $EFFECT_FAIL_FIRST (a period, seconds), the first attempt of every other slot of
+    that period fails (before its effect), so its retry makes the effect.
     """
     path = os.environ["EFFECTS_DB"]
     with open(path + ".starts", "a") as starts:
         starts.write(f"{run.key} {run.fence} {os.getpid()}\n")
     time.sleep(float(os.environ.get("EFFECT_SLEEP", "0")))
+    period = float(os.environ.get("EFFECT_FAIL_FIRST", "0"))
+    if period and run.attempt == 0 and round(run.slot / period) % 2 == 0:
+        raise RuntimeError("the first attempt of every other slot fails")
     db = sqlite3.connect(path, timeout=30)
     with db:
         db.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, pid INTEGER)")

@@ -125,6 +125,11 @@ def test_all_nodes_down_for_ten_periods_then_restarted(nodes: Cluster) -> None:
     nodes.downtime()
 
 
+def test_a_node_killed_mid_backfill_leaves_every_slot_run_once(nodes: Cluster) -> None:
+    """See ``cluster.backfill_with_a_kill``."""
+    nodes.backfill_with_a_kill()
+
+
 def test_a_rolling_deploy_leaves_a_new_action_to_the_nodes_that_know_it(nodes: Cluster) -> None:
     """See ``cluster.rolling_deploy``."""
     nodes.rolling_deploy()

@@ -150,6 +150,11 @@ def test_restart_after_ten_periods_of_downtime_applies_misfire_once(cluster: Clu
     cluster.downtime()
 
 
+def test_a_node_killed_mid_backfill_leaves_every_slot_run_once(cluster: Cluster) -> None:
+    """See ``cluster.backfill_with_a_kill``."""
+    cluster.backfill_with_a_kill()
+
+
 def test_a_rolling_deploy_leaves_a_new_action_to_the_processes_that_know_it(
     cluster: Cluster,
 ) -> None:
