@@ -474,7 +474,7 @@ def test_runs_that_take_time_leave_every_slot_accounted_for(
                     now += took
             head = sched.next_run_time("t")
             assert head is not None
-            outcomes += sched.tick(head)  # the last skips are reported on this run
+            outcomes.extend(sched.tick(head))  # the last skips are reported on this run
         assert got[0] == got[1]
         memory = got[0]
         stats = Stats()
