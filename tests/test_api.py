@@ -10,11 +10,11 @@ import pytest
 import cadence
 
 PUBLIC_MODULES = {
-    "cron", "misfire", "retry", "schedules", "store", "durable", "cli", "testing", "report",
-    "observe", "metrics", "web",
+    "cron", "misfire", "overlap", "retry", "schedules", "store", "durable", "cli", "testing",
+    "report", "observe", "metrics", "web",
 }  # fmt: skip
 CORE_MODULES = ["_engine.py", "_queue.py", "_types.py", "_validate.py", "_scheduler.py",
-                "_policy.py", "schedules.py", "misfire.py", "_calls.py"]  # fmt: skip
+                "_policy.py", "schedules.py", "misfire.py", "overlap.py", "_calls.py"]  # fmt: skip
 FORBIDDEN = {"time", "threading", "asyncio", "concurrent", "random", "datetime"}
 # The Scheduler holds one lock and defaults its clock to time.monotonic; datetime
 # converts times given as datetimes (it never reads the time); nothing else.
@@ -29,7 +29,8 @@ ALLOWED = {
 def test_all_is_exactly_the_public_names() -> None:
     assert sorted(cadence.__all__) == sorted(
         ["AsyncRunner", "Backoff", "Cursor", "DurableScheduler", "Event", "EventKind",
-         "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Result",
+         "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Overlap",
+         "Result",
          "RetryPolicy", "RunCancelled", "RunContext", "RunOutcome", "Runner", "Schedule",
          "Scheduler", "Stats", "StatsSnapshot", "Status", "TaskInfo"]
     )  # fmt: skip
