@@ -286,6 +286,18 @@ class StoreConformance:
         assert got["c"] == got["nope"] == []
         store.close()
 
+    def test_recorded_gives_the_slots_of_a_window_that_have_an_outcome(self) -> None:
+        store = self._store()
+        add(store, row("a", 1), row("b", 1))
+        for at in (2.5, 3, 4):
+            for claimed in store.claim(NODE, at, 2, LEASE, EVERY):
+                store.modify_many([done(claimed, at)])
+                add(store, row(claimed.task_id, at))  # its next slot: at
+        assert store.recorded("a", 2.5, 3.5) == {2.5, 3}  # [start, end): 1 is out
+        assert store.recorded("a", 0, 10) == {1, 2.5, 3}  # the run at 4 is still due
+        assert store.recorded("nope", 0, 10) == set()
+        store.close()
+
     def test_a_row_that_cannot_be_read_is_listed_and_claimed_as_unreadable(self) -> None:
         store = self._store()
         add(store, row("bad", 1), row("good", 1))
