@@ -488,3 +488,171 @@ def test_runs_that_take_time_leave_every_slot_accounted_for(
             assert "overlap" not in snap.skipped_by
     finally:
         scheds[1].store.close()  # type: ignore[attr-defined]
+
+
+# -- several runs at once: Overlap.allow(n), Overlap.REPLACE (in memory) -------------
+
+
+def test_allow_n_runs_up_to_n_at_once_each_with_its_own_slot() -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    clock = ManualClock(0)
+    sched = Scheduler(clock=clock)
+    lock, release = threading.Lock(), threading.Event()
+    now_running, most = [0], [0]
+    started = threading.Semaphore(0)
+
+    def slow(at: Any, *, run: Any) -> str:
+        with lock:
+            now_running[0] += 1
+            most[0] = max(most[0], now_running[0])
+        started.release()
+        release.wait(10)
+        with lock:
+            now_running[0] -= 1
+        return str(run.key)
+
+    seen = Collector()
+    with Runner(sched, executor=ThreadPoolExecutor(8), on_outcome=seen):
+        sched.schedule("t", FixedRate(10), slow, overlap=Overlap.allow(3))
+        for t in (0, 10, 20):
+            clock.set(t)
+            assert started.acquire(timeout=10)  # each starts while the others run
+        clock.set(50)  # slots 30, 40, 50 are due, but 3 are in flight: they wait
+        assert not started.acquire(timeout=0.3)
+        assert sched.status("t") is Status.RUNNING
+        release.set()
+        got = seen.wait_for(6)
+    assert most[0] == 3
+    assert sorted(o.at for o in got) == [0, 10, 20, 30, 40, 50]
+    assert sorted(str(o.value) for o in got) == [f"t@{t}" for t in (0, 10, 20, 30, 40, 50)]
+
+
+def test_allow_n_retries_a_run_on_its_own(make_sched: Make) -> None:
+    if make_sched.backend != "memory":  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="in-memory Scheduler for now"):
+            make_sched(clock=ManualClock(0)).schedule(
+                "t", FixedRate(10), nothing, overlap=Overlap.allow(2)
+            )
+        return
+    sched = make_sched(clock=ManualClock(0))
+    failed: set[Any] = set()
+
+    def once_each(at: Any, *, run: Any) -> None:
+        if run.slot not in failed:
+            failed.add(run.slot)
+            raise ValueError(run.slot)
+
+    sched.schedule("t", FixedRate(10), once_each, overlap=Overlap.allow(2), max_retries=1)
+    got = [(o.at, o.result, o.attempt) for o in sched.tick(10)]
+    assert got == [(0, Result.RETRY, 0), (1, Result.OK, 1), (10, Result.RETRY, 0)]
+    assert [(o.at, o.attempt) for o in sched.tick(11)] == [(11, 1)]  # slot 10's retry
+
+
+def test_replace_stops_the_coroutine_in_flight_for_the_next_slot() -> None:
+    import asyncio
+
+    from cadence import AsyncRunner, RunCancelled
+
+    async def main() -> list[RunOutcome]:
+        clock = ManualClock(0)
+        sched = Scheduler(clock=clock)
+        seen = Collector()
+        finalised: list[Any] = []
+
+        async def sync(at: Any) -> None:
+            try:
+                if at == 0:
+                    await asyncio.sleep(100)  # still running when slot 10 falls due
+            finally:
+                finalised.append(at)
+
+        async with AsyncRunner(sched, on_outcome=seen):
+            sched.schedule("t", FixedRate(10), sync, overlap=Overlap.REPLACE)
+            while not seen.outcomes and 0 not in finalised:
+                await asyncio.sleep(0.01)
+                if clock() == 0:
+                    await asyncio.sleep(0.05)
+                    clock.set(10)
+            for _ in range(500):
+                if len(seen.outcomes) >= 2:
+                    break
+                await asyncio.sleep(0.01)
+        assert finalised[0] == 0  # its finally ran
+        return seen.outcomes
+
+    first, second = asyncio.run(main())[:2]
+    assert (first.at, first.result, type(first.error)) == (0, Result.FAILED, RunCancelled)
+    assert (second.at, second.result) == (10, Result.OK)
+
+
+def test_replace_is_refused_where_the_run_cannot_be_stopped(tmp_path: Any) -> None:
+    sched = Scheduler(clock=ManualClock(0))
+    with pytest.raises(ValueError, match="cannot be stopped: give an async def action"):
+        sched.schedule("t", FixedRate(10), nothing, overlap=Overlap.REPLACE)
+    with pytest.raises(ValueError, match="needs slots that do not wait"):
+        sched.schedule("t", FixedDelay(10), nothing, overlap=Overlap.allow(2))
+    with pytest.raises(ValueError, match=r"cannot change a task's overlap to Overlap\.allow"):
+        sched.update("t", overlap=Overlap.allow(2))
+    assert repr(Overlap.allow(4)) == "Overlap.allow(4)"
+    assert Overlap.allow(1) is Overlap.BUFFER
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        Overlap.allow(0)
+    durable = AutoRegistering(SQLiteStore(tmp_path / "r.db"), clock=ManualClock(0))
+    try:
+
+        async def stoppable(at: Any) -> None:
+            """A coroutine."""
+
+        with pytest.raises(ValueError, match="in-memory Scheduler for now"):
+            durable.schedule("t", FixedRate(10), stoppable, overlap=Overlap.REPLACE)
+    finally:
+        durable.store.close()
+    assert sched.status("t") is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    limit=st.integers(2, 4),
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("wait"), st.integers(1, 25)),
+            st.tuples(st.just("claim"), st.just(0)),
+            st.tuples(st.just("end"), st.integers(0, 5)),
+            st.tuples(st.just("fail"), st.integers(0, 5)),
+        ),
+        max_size=40,
+    ),
+)
+def test_allow_n_never_exceeds_its_limit_and_accounts_for_every_slot(
+    limit: int, ops: list[tuple[str, int]]
+) -> None:
+    """A stateful model: runs claimed and ended in any order. Never more than ``limit``
+    in flight; every slot's first attempt runs once; once everything ends, ran = due."""
+    sched = Scheduler(clock=ManualClock(0))
+    sched.schedule("t", FixedRate(10), nothing, overlap=Overlap.allow(limit), max_retries=1)
+    now, flying, outcomes = 0, [], []
+    for op, arg in ops:
+        if op == "wait":
+            now += arg
+        elif op == "claim":
+            run = sched._claim(now)
+            if run is not None:
+                flying.append(run)
+        elif flying:
+            run = flying.pop(arg % len(flying))
+            error = ValueError("no") if op == "fail" else None
+            outcomes.append(sched._complete(run, error, now, now))
+        assert len(flying) <= limit
+    while flying or ((head := sched.next_run_time()) is not None and head <= now):  # drain
+        while (run := sched._claim(now)) is not None:
+            flying.append(run)
+            assert len(flying) <= limit
+        if flying:
+            outcomes.append(sched._complete(flying.pop(0), None, now, now))
+    first = [o.at for o in outcomes if o.attempt == 0]
+    assert len(first) == len(set(first))  # each slot's first attempt once
+    slots = {o.at for o in outcomes if o.attempt == 0}
+    assert slots == {10 * k for k in range(now // 10 + 1)}  # every due slot ran
+    assert all(o.result is not Result.RETRY or o.attempt == 0 for o in outcomes)

@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from ._driver import CLOCK_RETRY, Driver, OnOutcome, logger
-from ._engine import Task
+from ._engine import Task, run_at
 from ._events import Event, EventKind
 from ._scheduler import Scheduler
 from ._types import RunCancelled, RunOutcome, Status, Time
@@ -130,7 +130,9 @@ class AsyncRunner(Driver):
         self._loop_thread = threading.get_ident()
         self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))
         self._unsubscribe.append(
-            self._scheduler.add_listener(self._on_cancelled, EventKind.TASK_REMOVED)
+            self._scheduler.add_listener(
+                self._on_cancelled, EventKind.TASK_REMOVED, EventKind.RUN_REPLACED
+            )
         )
         if self._virtual:
             self._unsubscribe.append(self._clock.on_change(self._wake))  # type: ignore[attr-defined]
@@ -220,20 +222,25 @@ class AsyncRunner(Driver):
         self._complete(task, asyncio.CancelledError("abandoned at shutdown"), self._now())
 
     def _on_cancelled(self, event: Event) -> None:
-        """A task was cancelled (on any thread): cancel its coroutine, on the loop."""
+        """A task was cancelled, or a run of it replaced (``Overlap.REPLACE``; on any
+        thread): cancel its coroutine (the replaced run's only), on the loop."""
         loop = self._loop
         if loop is not None:
+            at = event.at if event.kind is EventKind.RUN_REPLACED else None
             with contextlib.suppress(RuntimeError):  # a closed loop runs nothing more
-                loop.call_soon_threadsafe(self._cancel_runs_of, event.task_id)
+                loop.call_soon_threadsafe(self._cancel_runs_of, event.task_id, at)
 
-    def _cancel_runs_of(self, task_id: object) -> None:
+    def _cancel_runs_of(self, task_id: object, at: object = None) -> None:
         """Cancel the coroutine runs of ``task_id`` if it is still cancelled (not
-        scheduled again meanwhile). O(runs in progress)."""
-        if self._scheduler.status(task_id) is not Status.CANCELLED:
+        scheduled again meanwhile), or, given ``at``, its run at ``at`` (replaced).
+        O(runs in progress)."""
+        if at is None and self._scheduler.status(task_id) is not Status.CANCELLED:
             return
         for run in self._runs:
             task = getattr(run, "cadence_task", None)
-            if isinstance(run, asyncio.Task) and task is not None and task.task_id == task_id:
+            if not isinstance(run, asyncio.Task) or task is None or task.task_id != task_id:
+                continue
+            if at is None or run_at(task) == at:
                 run.cadence_cancelled = True  # type: ignore[attr-defined]
                 run.cancel()
 
@@ -321,7 +328,9 @@ class AsyncRunner(Driver):
         current = asyncio.current_task()
         stopped = getattr(current, "cadence_cancelled", False)  # set by _cancel_runs_of
         if stopped and isinstance(error, asyncio.CancelledError):
-            error = RunCancelled(f"task {task.task_id!r} was cancelled while its coroutine ran")
+            replaced = getattr(task, "replaced", False)  # a Run: Overlap.REPLACE stopped it
+            why = "replaced by its next slot" if replaced else "cancelled"
+            error = RunCancelled(f"task {task.task_id!r} was {why} while its coroutine ran")
         if current in self._abandoned:  # reported already, when it was abandoned
             self._abandoned.discard(current)
             return

@@ -109,6 +109,16 @@ class Bound:
         self.task_id = task_id
         self.plan = plan
 
+    def for_run(self, plan: Any) -> Bound:
+        """This call bound to one run of a concurrent task (its own ``plan``: attempt,
+        slot), for the facts that run's action is given. O(1)."""
+        if not self.wants_run:
+            return self
+        bound = Bound(self.action, self.args, self.kwargs, pass_at=self.pass_at, wants_run=True)
+        bound.bind(self.task_id, plan)
+        bound.fence, bound.expiries = self.fence, self.expiries
+        return bound
+
     def __repr__(self) -> str:
         return f"<{self.action!r} args={self.args!r} kwargs={self.kwargs!r}>"
 

@@ -32,8 +32,10 @@ enters the queue.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from heapq import heappop, heappush
 
 from ._policy import Cursor, Plan, RetryPolicy, jitter_offset
 from ._queue import Entry, RunQueue
@@ -151,6 +153,18 @@ class Task:
         return self.status is SCHEDULED and self.plan is not None and self.plan.paused
 
 
+class Run(Task):
+    """One run of a concurrent task (``Overlap.allow(n)``, ``REPLACE``), claimed beside
+    the task itself: its own slot (``entry``), status, retries (its own plan: the
+    task's policies as they were when it was claimed) and action (bound to it). The
+    task's entry is then its next run. ``replaced``: it is to be stopped (REPLACE)."""
+
+    __slots__ = ("parent", "replaced")
+
+    parent: Task
+    replaced: bool
+
+
 class Engine:
     """Task table + run queue + finished-task history, driven by ``now``.
 
@@ -162,7 +176,8 @@ class Engine:
     """
 
     __slots__ = (
-        "_backoff", "_follow", "_history", "_history_limit", "_queue", "_retry", "_tasks",
+        "_backoff", "_follow", "_history", "_history_limit", "_queue", "_retry", "_side",
+        "_side_seq", "_tasks", "stops",
     )  # fmt: skip
 
     def __init__(
@@ -179,6 +194,10 @@ class Engine:
         self._history: OrderedDict[Hashable, Status] = OrderedDict()
         self._history_limit = HISTORY
         self._queue: RunQueue[Task] = RunQueue(self._tasks)
+        # The retries of concurrent tasks' runs: (time, seq, run), beside the queue.
+        self._side: list[tuple[Time, int, Run]] = []
+        self._side_seq = itertools.count().__next__
+        self.stops: list[Run] = []  # runs REPLACE decided to stop, for the scheduler to signal
 
     # -- queries ---------------------------------------------------------
 
@@ -216,6 +235,9 @@ class Engine:
     def next_time(self) -> Time | None:
         """The time of the earliest live run, or ``None``. O(1) amortised."""
         entry = self._queue.peek()
+        if self._side:
+            side = self._side[0][0]
+            return side if entry is None or side < entry[0] else entry[0]
         return None if entry is None else entry[0]
 
     def __len__(self) -> int:
@@ -293,6 +315,8 @@ class Engine:
         if task is None:
             return False
         queued_entry = task.status is SCHEDULED and (task.plan is None or not task.plan.paused)
+        if task.plan is not None and task.plan.concurrent:
+            queued_entry = task.entry[1] != -1
         self._finish(task, CANCELLED)
         if queued_entry:
             self._queue.discard()
@@ -312,6 +336,10 @@ class Engine:
         task = self._tasks.get(task_id)
         if task is None or self.is_paused(task_id):
             return False
+        if task.plan is not None and task.plan.concurrent:
+            task.plan.paused = True
+            self._sync(task, task.plan)
+            return True
         if task.status is SCHEDULED:  # park it: the queued entry goes stale
             task.entry = (task.entry[0], -1, task.entry[2])
             self._queue.discard()  # after the entry changed: a compaction must see it stale
@@ -330,6 +358,9 @@ class Engine:
         plan = task.plan
         parked = task.parked
         plan.paused = False
+        if plan.concurrent:
+            self._sync(task, plan)
+            return True
         if not parked:  # paused while running: it was never parked
             return True
         task.entry = self._queue.push(task.entry[0], task.entry[2], plan.priority)
@@ -357,6 +388,14 @@ class Engine:
         plan.slot = at
         plan.backlog = None
         plan.last_delay = None
+        if plan.concurrent:  # its entry is its next run, whatever is in flight
+            if task.entry[1] != -1:
+                self._queue.discard()
+            task.entry = (at, -1, task_id)
+            plan.ended = None
+            self._push_slot(task, plan, at, hold=True)
+            self._sync(task, plan)
+            return True
         if task.status is not SCHEDULED:  # queued or running: the next run is the new one
             plan.backlog = deque([at])
             plan.rescheduled = True  # and the run in progress is not retried
@@ -416,12 +455,24 @@ class Engine:
         if not found:
             return True
         plan = _plan_of(task)
-        if task.status is not SCHEDULED:
+        if plan.concurrent and "overlap_skip" in found:
+            raise ValueError(
+                f"update() cannot change the overlap of task {task_id!r} from "
+                f"{'Overlap.REPLACE' if plan.replace else f'Overlap.allow({plan.limit})'}: "
+                "schedule it again (replace_existing=True)"
+            )
+        if task.status is not SCHEDULED and not plan.concurrent:
             plan.pending = {**(plan.pending or {}), **found}
             plan.extra = True
             return True
         priority = plan.priority
         _apply(plan, found)
+        if plan.concurrent:  # each run in flight keeps the policies it was claimed with
+            if plan.priority != priority and task.entry[1] != -1:
+                self._queue.discard()
+                task.entry = (task.entry[0], -1, task_id)
+                self._sync(task, plan)
+            return True
         if plan.priority != priority and not task.parked:
             task.entry = self._queue.push(task.entry[0], task_id, plan.priority)
             self._queue.discard()  # the old entry, as in reschedule
@@ -446,13 +497,18 @@ class Engine:
         slots = [slot for slot in slots if slot not in queued]
         if not slots:
             return 0
-        if task.status is not SCHEDULED:
+        if plan.concurrent:
+            if idle_only and plan.inflight:
+                return 0
+            if plan.ended is not None:
+                return 0
+        elif task.status is not SCHEDULED:
             if idle_only:
                 return 0
             plan.extras = [*(plan.extras or ()), *slots]
             plan.extra = True
             return len(slots)
-        parked = task.parked
+        parked = task.parked or (plan.concurrent and task.entry[1] == -1)
         due = run_at(task)
         plan.backlog = deque([*slots[1:], due, *(plan.backlog or ())])
         plan.attempt = 0
@@ -480,22 +536,206 @@ class Engine:
         run later, in its order with other tasks' runs). O(log n).
         """
         while True:
+            if self._side and self._side[0][0] <= now:  # a concurrent task's run to retry
+                run = self._retry_due(now, queued)
+                if run is not None:
+                    return run
             task = self._queue.pop_due(now)
             if task is None:
                 return None
             plan = task.plan
-            if (
+            if plan is not None and plan.extra:  # the scheduling controls, off the hot path
+                found = self._claim_controlled(task, plan, now, queued)
+                if found is not None:
+                    return found
+            elif (
                 plan is None
                 or plan.misfire is None
                 or plan.backlog
                 or plan.attempt  # a retry: its slot was already decided on
                 or task.entry[0] >= now
                 or self._misfire(task, plan, now)
-            ) and (plan is None or plan.deadline is None or self._in_time(task, plan, now)):
+            ):
                 move(task, QUEUED if queued else RUNNING)
                 return task
             if not self._follow:
                 return None
+
+    def _claim_controlled(self, task: Task, plan: Plan, now: Time, queued: bool) -> Task | None:
+        """:meth:`claim` of a task with scheduling controls: its misfire policy, then its
+        deadline, then, for a concurrent task, a run of its own (:meth:`_run_of`).
+        ``None`` if the claimed run was moved, skipped or held instead."""
+        if (
+            plan.misfire is not None
+            and not plan.backlog
+            and not plan.attempt
+            and task.entry[0] < now
+            and not self._misfire(task, plan, now)
+        ):
+            return None
+        if plan.overlap_skip and plan.windows and not self._apart(task, plan, now):
+            return None
+        if plan.deadline is not None and not self._in_time(task, plan, now):
+            return None
+        if plan.concurrent:
+            return self._run_of(task, plan, now, queued)
+        move(task, QUEUED if queued else RUNNING)
+        return task
+
+    def _run_of(self, task: Task, plan: Plan, now: Time, queued: bool) -> Task | None:
+        """Claim the due run of a concurrent task as a :class:`Run` of its own, and queue
+        the task's next run at once (held while ``limit`` runs are in flight). Under
+        REPLACE with a run in flight, the runs in flight are marked to be stopped
+        (:attr:`stops`) and the due run waits for them to end instead: ``None``.
+        O(log n)."""
+        task_id = task.entry[2]
+        if plan.flying is None:
+            plan.flying = []
+        if plan.replace and plan.inflight:
+            return self._replace(task, plan, now, queued)
+        run = _new_run(task, plan, queued)
+        plan.inflight += 1
+        plan.flying.append(run)
+        if task.status is SCHEDULED:
+            move(task, RUNNING)
+        try:  # the task's next run, now: the cursor moves on at the claim
+            nxt = self._following(plan, now, -LIMIT)
+        except BaseException as exc:
+            exc.add_note(f"cadence: the schedule of task {task_id!r} failed; so did the task")
+            run.action = raiser(exc)
+            nxt = None
+            plan.ended = FAILED
+        if nxt is None:
+            plan.ended = plan.ended or DONE
+            task.entry = (task.entry[0], -1, task_id)
+        else:
+            self._push_slot(task, plan, nxt, hold=True)
+            self._sync(task, plan)
+        return run
+
+    def _replace(self, task: Task, plan: Plan, now: Time, queued: bool) -> Task | None:
+        """REPLACE, a run due while others are in flight: those running are marked to be
+        stopped (:attr:`stops`), those waiting for a retry dropped; the due run waits
+        (held) until the stopped ones end, or, if none runs, is claimed at once."""
+        assert plan.flying is not None
+        for other in list(plan.flying):
+            if other.replaced:
+                continue
+            other.replaced = True
+            if other.status is SCHEDULED:  # waiting for a retry: dropped, not stopped
+                plan.flying.remove(other)
+                plan.inflight -= 1
+            else:
+                self.stops.append(other)
+        task.entry = (task.entry[0], -1, task.entry[2])
+        plan.held = plan.inflight > 0
+        if plan.held:
+            return None
+        self._sync(task, plan)
+        return self.claim(now, queued=queued) if self._follow else None
+
+    def _end(self, task: Task, plan: Plan) -> None:
+        """A claimed run's schedule ended without it running: the task is done, or, with
+        runs of its own still in flight, done when the last of them ends."""
+        if plan.concurrent and plan.inflight:
+            plan.ended = DONE
+            task.entry = (task.entry[0], -1, task.entry[2])
+        else:
+            self._finish(task, DONE)
+
+    def _retry_due(self, now: Time, queued: bool) -> Run | None:
+        """Take the earliest due retry of a concurrent task's run, if it comes before the
+        queue's head (a run of a finished task, or one REPLACE dropped, is forgotten)."""
+        side = self._side
+        head = self._queue.peek()
+        while side and side[0][0] <= now and (head is None or side[0][0] <= head[0]):
+            run = heappop(side)[2]
+            if run.replaced or run.parent.status in FINISHED:
+                continue
+            move(run, QUEUED if queued else RUNNING)
+            return run
+        return None
+
+    def _sync(self, task: Task, plan: Plan) -> None:
+        """Put a concurrent task's next run in the queue, or take it out, as its state
+        says: queued unless paused, ended, held (REPLACE), or ``limit`` runs are in
+        flight (REPLACE keeps it queued: it is how a slot due meanwhile is seen)."""
+        live = task.entry[1] != -1
+        want = (
+            not plan.paused
+            and plan.ended is None
+            and not plan.held
+            and (plan.replace or plan.inflight < plan.limit)
+        )
+        if want and not live:
+            task.entry = self._queue.push(task.entry[0], task.entry[2], plan.priority)
+        elif live and not want:
+            task.entry = (task.entry[0], -1, task.entry[2])
+            self._queue.discard()
+
+    def _complete_run(
+        self, run: Run, error: BaseException | None, started: Time, value: object
+    ) -> RunOutcome:
+        """:meth:`complete` of a concurrent task's run: its retry, under the policies it
+        was claimed with, waits beside the queue; once its slot is over the task may
+        start another run (or end, if its schedule did and none is left). O(log n)."""
+        task, own = run.parent, run.plan
+        assert own is not None
+        at = run_at(run)
+        attempt = own.attempt
+        skipped = own.skipped
+        skipped_by: Skips = NO_SKIPS
+        if skipped:
+            own.skipped = 0
+            skipped_by = _skipped_by(own, skipped)
+        alive = task.status not in FINISHED
+        retry: tuple[Time, Time] | None = None
+        if error is not None and alive and not run.replaced:
+            try:
+                retry = self._retry_of(own, at, error)
+            except BaseException as exc:  # its retry policy failed: the run fails with it
+                exc.add_note(f"cadence: a policy of task {task.entry[2]!r} failed")
+                error = exc
+        if retry is not None:
+            outcome = self._record(run, at, RETRY, error, attempt, started, skipped_by, value)
+            if not attempt:
+                own.first_at = at
+            own.attempt = attempt + 1
+            own.last_delay = retry[1]
+            own.nominal = None
+            move(run, SCHEDULED)
+            run.entry = (retry[0], -1, task.entry[2])
+            heappush(self._side, (retry[0], self._side_seq(), run))
+            task.last = outcome
+            return outcome
+        result = OK if error is None else Result.FAILED
+        outcome = self._record(run, at, result, error, attempt, started, skipped_by, value)
+        move(run, DONE if error is None else FAILED)
+        plan = task.plan
+        assert plan is not None
+        assert plan.flying is not None
+        if run in plan.flying:
+            plan.flying.remove(run)
+            plan.inflight -= 1
+        if not alive:
+            return outcome
+        task.last = outcome
+        if plan.inflight == 0:
+            plan.held = False
+            if plan.ended is not None:
+                self._finish(task, FAILED if plan.ended is FAILED or error else DONE)
+                return outcome
+            move(task, SCHEDULED)
+        self._sync(task, plan)
+        return outcome
+
+    def take_stops(self) -> list[Run]:
+        """The runs REPLACE decided to stop since the last call (the scheduler signals
+        their drivers). O(1)."""
+        stops = self.stops
+        if stops:
+            self.stops = []
+        return stops
 
     def start(self, task: Task) -> bool:
         """Move a claimed ``queued`` run to ``running``. O(1).
@@ -504,6 +744,8 @@ class Engine:
         start, and needs no :meth:`complete`.
         """
         if task.status is CANCELLED:
+            return False
+        if task.__class__ is Run and task.parent.status in FINISHED:
             return False
         move(task, RUNNING)
         return True
@@ -536,6 +778,8 @@ class Engine:
             if task.status is not CANCELLED:
                 self._finish(task, DONE if error is None else FAILED)
             return outcome
+        if plan.extra and task.__class__ is Run:
+            return self._complete_run(task, error, started, value)
         at = entry[0] if plan.nominal is None else plan.nominal
         attempt = plan.attempt
         skipped = plan.skipped
@@ -577,6 +821,8 @@ class Engine:
             self._finish(task, FAILED)
             return outcome
         # Then change: no user code from here on (see _repair for interrupts).
+        if plan.overlap_skip and finished > started:  # when this run was in flight
+            _busy(plan, started, finished)
         if retry is not None:
             outcome = self._record(task, at, RETRY, error, attempt, started, skipped_by, value)
             self._queue_retry(task, plan, attempt, retry, at)
@@ -641,36 +887,61 @@ class Engine:
         """The next run decided at a completion, under the task's scheduling controls.
 
         ``max_runs`` reached (by a run of the schedule, not an extra one) or a
-        next slot past ``end``: none. Under ``Overlap.SKIP`` the slots the
-        cursor gave (``stepped``) that fell due while the run was in flight,
-        in ``(started, finished]``, are skipped and counted. Raises what the
-        cursor raises (the caller fails the task). O(skipped slots), or what
-        the cursor's ``skip`` costs.
+        next slot past ``end``: none. Under ``Overlap.SKIP`` the runs of the
+        schedule that fell due while the run was in flight, in ``(started,
+        finished]``, are skipped and counted (:meth:`_overlapped`; ``stepped``:
+        ``nxt`` came from the cursor, not the backlog). Raises what the cursor
+        raises (the caller fails the task). O(skipped slots), or what the
+        cursor's ``skip`` costs.
         """
         if plan.max_runs is not None and not plan.extra_runs and plan.runs + 1 >= plan.max_runs:
             return None
-        cursor = plan.cursor
-        if stepped and plan.overlap_skip and cursor is not None and nxt is not None:
-            count = 0
-            if started < nxt <= finished:
-                count = 1
-                skip = getattr(cursor, "skip", None)
-                if skip is not None:  # every slot up to finished at once (see Cursor.skip)
-                    skipped, tail = skip(finished, 1)
-                    count += skipped
-                    if tail:
-                        plan.slot = tail[-1]
-                nxt = cursor.next(finished)
-                while nxt is not None and _later(plan.slot, nxt, finished) <= finished:
-                    plan.slot = nxt
-                    count += 1
-                    nxt = cursor.next(finished)
-                if nxt is not None:
-                    plan.slot = nxt
-            if count:
-                _skip(plan, "overlap", count)
+        if (
+            plan.overlap_skip
+            and nxt is not None
+            and plan.extra_runs < 2  # the next run is one of the schedule's, not an extra
+            and started < nxt <= finished
+        ):
+            nxt = self._overlapped(plan, finished, stepped)
         if nxt is not None and plan.end is not None and nxt > plan.end:
             return None
+        return nxt
+
+    def _overlapped(self, plan: Plan, finished: Time, stepped: bool) -> Time | None:
+        """Under ``Overlap.SKIP``, skip the next runs that fell due while the run was in
+        flight (up to ``finished``): the backlog's (slots the misfire policy chose
+        before) and the cursor's, stepped or skipped at once (``Cursor.skip``); count
+        them. The first run after ``finished``, or ``None``. Raises what the cursor
+        raises."""
+        count = 0
+        nxt: Time | None = None
+        backlog = None if stepped else plan.backlog
+        if backlog:
+            while backlog and backlog[0] <= finished:
+                backlog.popleft()
+                count += 1
+            if backlog:
+                nxt = backlog[0]
+            else:
+                plan.backlog = None
+        else:
+            count = 1  # the one the cursor gave
+        cursor = plan.cursor
+        if nxt is None and cursor is not None:
+            skip = getattr(cursor, "skip", None)
+            if skip is not None:  # every slot up to finished at once (see Cursor.skip)
+                skipped, tail = skip(finished, 1)
+                count += skipped
+                if tail:
+                    plan.slot = tail[-1]
+            nxt = cursor.next(finished)
+            while nxt is not None and _later(plan.slot, nxt, finished) <= finished:
+                plan.slot = nxt
+                count += 1
+                nxt = cursor.next(finished)
+            if nxt is not None:
+                plan.slot = nxt
+        _skip(plan, "overlap", count)
         return nxt
 
     def _in_time(self, task: Task, plan: Plan, now: Time) -> bool:
@@ -680,35 +951,56 @@ class Engine:
         keeps its backoff; an extra run, backfilled or triggered, is not a
         slot that can be late). A run later than that is not started: its
         slot and every later one that is also past its deadline are skipped
-        and counted (``deadline``), and the first slot still in time is
-        queued in its place (the task is done if its schedule ends first).
-        Returns False then. A cursor that fails makes the claimed run fail
-        with its error (see :meth:`_break`), and True. O(skipped slots), or
-        what the cursor's ``skip`` costs.
+        and counted (``deadline``; see :meth:`_skip_from`). Returns False then.
+        O(skipped slots), or what the cursor's ``skip`` costs.
         """
         deadline = plan.deadline
         assert deadline is not None
         limit = now - deadline
         if plan.attempt or plan.extra_runs or task.entry[0] >= limit:  # its start: jittered
             return True
+        task_id, jitter = task.entry[2], plan.jitter
+
+        def kept(at: Time) -> bool:
+            return (at + jitter_offset(task_id, at, jitter) if jitter else at) >= limit
+
+        return self._skip_from(task, plan, now, "deadline", kept, limit)
+
+    def _apart(self, task: Task, plan: Plan, now: Time) -> bool:
+        """Under ``Overlap.SKIP``: whether a claimed run's slot fell due while none of the
+        task's runs was in flight. One that fell due during one (``Plan.windows``) is
+        skipped and counted (``overlap``), with every later one that did too. Only a
+        first attempt of a run of the schedule is judged. O(skipped slots)."""
+        if plan.attempt or plan.extra_runs or not _overlaps(plan, run_at(task)):
+            return True
+        return self._skip_from(task, plan, now, "overlap", lambda at: not _overlaps(plan, at))
+
+    def _skip_from(
+        self,
+        task: Task,
+        plan: Plan,
+        now: Time,
+        reason: str,
+        kept: Callable[[Time], bool],
+        limit: Time = -LIMIT,
+    ) -> bool:
+        """Skip the claimed run's slot and the following runs that ``kept`` refuses,
+        counted for ``reason``; queue the first it keeps in their place (the task is
+        done if its schedule ends first), and return False. A cursor that fails makes
+        the claimed run fail with its error (see :meth:`_break`), and True."""
         count = 1
-        task_id = task.entry[2]
         try:
             while True:
                 nxt = self._following(plan, now, limit)
-                if nxt is None:
-                    break
-                if (
-                    nxt + jitter_offset(task_id, nxt, plan.jitter) if plan.jitter else nxt
-                ) >= limit:
+                if nxt is None or kept(nxt):
                     break
                 count += 1
         except BaseException as exc:
             self._break(task, exc)
             return True
-        _skip(plan, "deadline", count)
+        _skip(plan, reason, count)
         if nxt is None:
-            self._finish(task, DONE)
+            self._end(task, plan)
             return False
         plan.last_delay = None
         self._push_slot(task, plan, nxt)
@@ -749,10 +1041,11 @@ class Engine:
             return None
         return nxt
 
-    def _push_slot(self, task: Task, plan: Plan, at: Time) -> None:
-        """Make the run at ``at`` the task's next: queued, or parked if it is paused;
-        started ``jitter_offset`` after ``at`` if the task is jittered (``at`` is then
-        kept as its reported time). The caller discards a live entry it replaces. O(log n)."""
+    def _push_slot(self, task: Task, plan: Plan, at: Time, *, hold: bool = False) -> None:
+        """Make the run at ``at`` the task's next: queued, or parked if it is paused (or
+        ``hold``: for :meth:`_sync` to queue); started ``jitter_offset`` after ``at`` if
+        the task is jittered (``at`` is then kept as its reported time). The caller
+        discards a live entry it replaces. O(log n)."""
         task_id = task.entry[2]
         due = at
         if plan.jitter:
@@ -760,7 +1053,7 @@ class Engine:
             due = at + jitter_offset(task_id, at, plan.jitter)
         elif plan.nominal is not None:
             plan.nominal = None
-        if plan.paused:
+        if plan.paused or hold:
             task.entry = (due, -1, task_id)
         else:
             task.entry = self._queue.push(due, task_id, plan.priority)
@@ -861,7 +1154,7 @@ class Engine:
             if plan.max_runs is not None:
                 runs = runs[: max(0, plan.max_runs - plan.runs)]
         if not runs:
-            self._finish(task, DONE)
+            self._end(task, plan)
             return False
         plan.backlog = deque(runs[1:]) or None
         if runs[0] == first:
@@ -952,9 +1245,7 @@ class Engine:
                 del history[task_id]
         while len(history) > self._history_limit:
             history.popitem(last=False)
-        self._queue._repair(
-            [task.entry for task in tasks.values() if task.status is SCHEDULED and not task.parked]
-        )
+        self._queue._repair([task.entry for task in tasks.values() if _queued(task)])
 
     def _check(self) -> None:
         """Assert the engine's invariants (and the queue's). O(n); for tests."""
@@ -965,10 +1256,44 @@ class Engine:
             assert task.task_id == task_id
             assert task.status in UNFINISHED, task
             assert task_id not in self._history
-            in_queue = task.status is SCHEDULED and not task.parked
-            assert (task.entry in queued) == in_queue, (task_id, task.status)
+            assert (task.entry in queued) == _queued(task), (task_id, task.status)
         for status in self._history.values():
             assert status in FINISHED
+
+
+def _new_run(task: Task, plan: Plan, queued: bool) -> Run:
+    """A run of a concurrent task's due slot, with a plan of its own: the task's retry
+    policies as they are now (it finishes as it began), the skips to report on it; it
+    counts toward ``max_runs`` unless it is an extra run. O(1)."""
+    run = Run.__new__(Run)
+    run.parent = task
+    run.replaced = False
+    own = Plan(None, plan.max_retries, plan.retry, None, plan.priority)
+    own.retry_on = plan.retry_on
+    own.nominal = plan.nominal
+    own.extra = True  # complete() tells a run by it, then by its class
+    if plan.skipped:  # reported on this run
+        own.skipped, own.skips, plan.skipped, plan.skips = plan.skipped, plan.skips, 0, None
+    if plan.extra_runs:
+        plan.extra_runs -= 1
+    elif plan.max_runs is not None:
+        plan.runs += 1
+    for_run = getattr(task.action, "for_run", None)
+    run.action = task.action if for_run is None else for_run(own)
+    run.plan = own
+    run.entry = (task.entry[0], -1, task.entry[2])
+    run.status = QUEUED if queued else RUNNING
+    run.last = run.value = None
+    return run
+
+
+def _queued(task: Task) -> bool:
+    """Whether the task's entry belongs in the queue: scheduled and not paused, or, for a
+    concurrent task (whose entry is its next run beside its runs), not parked."""
+    plan = task.plan
+    if plan is not None and plan.concurrent:
+        return task.entry[1] != -1
+    return task.status is SCHEDULED and not task.parked
 
 
 def _info(task: Task) -> TaskInfo:
@@ -1007,6 +1332,30 @@ def task_info(
         schedule = Once(at=slot)
     nxt = due if status is SCHEDULED and not paused else None
     return TaskInfo(task_id, status, paused, nxt, schedule, attempt, last)
+
+
+WINDOWS = 64
+"""The most in-flight spans of a task kept for ``Overlap.SKIP`` (the latest): a slot
+is judged against the runs that were in flight since it fell due."""
+
+
+def _busy(plan: Plan, started: Time, finished: Time) -> None:
+    """Remember that a run of the task was in flight over ``(started, finished]``."""
+    windows = plan.windows
+    if windows is None:
+        windows = plan.windows = deque(maxlen=WINDOWS)
+    windows.append((started, finished))
+
+
+def _overlaps(plan: Plan, at: Time) -> bool:
+    """Whether a slot at ``at`` fell due while a run of the task was in flight; spans
+    that ended before it are forgotten (slots are judged in time order)."""
+    windows = plan.windows
+    if not windows:
+        return False
+    while windows and windows[0][1] < at:
+        windows.popleft()
+    return any(start < at <= end for start, end in windows)
 
 
 def _skip(plan: Plan, reason: str, count: int) -> None:

@@ -33,7 +33,8 @@ class EventKind(StrEnum):
     RUN_SUCCEEDED = "run_succeeded"
     RUN_FAILED = "run_failed"
     RUN_RETRIED = "run_retried"
-    RUN_SKIPPED = "run_skipped"  # slots a misfire policy skipped (outcome.skipped of them)
+    RUN_SKIPPED = "run_skipped"  # slots skipped just before a run (outcome.skipped of them)
+    RUN_REPLACED = "run_replaced"  # Overlap.REPLACE: the run at ``at`` is to be stopped
     SCHEDULER_STARTED = "scheduler_started"  # a runner started
     SCHEDULER_STOPPED = "scheduler_stopped"  # a runner stopped
 

@@ -12,7 +12,7 @@ import hashlib
 import math
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from ._types import Time
 
@@ -82,15 +82,21 @@ class Plan:
     __slots__ = (
         "attempt",
         "backlog",
+        "concurrent",
         "cursor",
         "deadline",
         "end",
+        "ended",
         "extra",
         "extra_runs",
         "extras",
         "first_at",
+        "flying",
+        "held",
+        "inflight",
         "jitter",
         "last_delay",
+        "limit",
         "max_retries",
         "max_runs",
         "misfire",
@@ -99,6 +105,7 @@ class Plan:
         "paused",
         "pending",
         "priority",
+        "replace",
         "rescheduled",
         "retry",
         "retry_on",
@@ -107,6 +114,7 @@ class Plan:
         "skipped",
         "skips",
         "slot",
+        "windows",
     )
 
     def __init__(
@@ -149,6 +157,16 @@ class Plan:
         self.extras: list[Time] | None = None
         self.skips: dict[str, int] | None = None  # skipped slots by reason, for the next run
         self.pending: dict[str, object] | None = None  # changes waiting for the run in flight
+        # Runs in flight beside the task (Overlap.allow(n), REPLACE): a concurrent task's
+        # runs are their own objects (see Engine._run_of); its entry is its next run.
+        self.concurrent = False
+        self.limit = 1  # the most runs in flight at once
+        self.replace = False  # a run due while one is in flight stops it first
+        self.inflight = 0  # runs claimed whose slot is not over (waiting retries too)
+        self.flying: list[Any] | None = None  # those runs
+        self.held = False  # REPLACE: the next run waits for the stopped one to end
+        self.ended: Any = None  # the schedule ended while runs were in flight: their end
+        self.windows: deque[tuple[Time, Time]] | None = None  # Overlap.SKIP: runs' spans
 
     def uses_controls(self) -> bool:
         """Whether any scheduling control is set (what :attr:`extra` caches). O(1)."""
@@ -162,6 +180,7 @@ class Plan:
             or self.extra_runs
             or self.extras
             or self.pending
+            or self.concurrent
         )
 
 

@@ -20,7 +20,7 @@ from ._types import Action, RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, PLAIN, time_from
 from .misfire import Misfire
 from .overlap import Overlap
-from .schedules import FixedRate, Once
+from .schedules import FixedDelay, FixedRate, Once
 
 Clock = Callable[[], Time]
 T = TypeVar("T")
@@ -114,6 +114,9 @@ def controls(
             f"overlap must be a cadence.Overlap (Overlap.BUFFER, Overlap.SKIP), got {overlap!r}"
         )
     plan.overlap_skip = overlap == Overlap.SKIP
+    plan.concurrent = overlap is not None and overlap.concurrent
+    plan.limit = 1 if overlap is None else overlap.limit
+    plan.replace = overlap == Overlap.REPLACE
     plan.deadline = None if deadline is None else _validate.delay("deadline", deadline)
     plan.jitter = (None if jitter is None else _validate.delay("jitter", jitter)) or None
     plan.end = _validate.optional_time("end", end)
@@ -124,6 +127,11 @@ def controls(
         for name, value in (("overlap", overlap), ("end", end), ("max_runs", max_runs)):
             if value is not None:
                 raise ValueError(f"{name} applies to recurring schedules, not {when!r}")
+    if plan.concurrent and isinstance(when, FixedDelay):
+        raise ValueError(
+            f"overlap={overlap!r} needs slots that do not wait for a run to end, not "
+            f"{when!r} (each of its runs starts a delay after the previous one finished)"
+        )
     plan.extra = plan.uses_controls()
 
 
@@ -154,6 +162,12 @@ def changes(options: Mapping[str, Any]) -> dict[str, object]:
     if "priority" in options:
         check_priority(options["priority"])
         found["priority"] = options["priority"]
+    overlap = options.get("overlap")
+    if isinstance(overlap, Overlap) and overlap.concurrent:
+        raise ValueError(
+            f"update() cannot change a task's overlap to {overlap!r}: schedule it again "
+            "with it (replace_existing=True)"
+        )
     picked = {k: options.get(k) for k in ("overlap", "deadline", "jitter")}
     controls(probe, None, picked["overlap"], picked["deadline"], picked["jitter"], None, None)
     for name, attribute in (("overlap", "overlap_skip"), ("deadline", "deadline"),
@@ -232,6 +246,19 @@ def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
     # The live schedule runs its current slot and every later one itself.
     live = set(plan.backlog or ())
     return [slot for slot in slots if slot < plan.slot and slot not in live]
+
+
+def check_stoppable(action: object) -> None:
+    """``ValueError`` unless ``action`` can be stopped in the middle of a run, as
+    ``Overlap.REPLACE`` needs: an ``async def`` function (its coroutine is cancelled,
+    under :class:`~cadence.AsyncRunner`). A thread cannot be stopped safely."""
+    call = getattr(action, "__call__", None)  # noqa: B004 - an async __call__ counts too
+    if not (inspect.iscoroutinefunction(action) or inspect.iscoroutinefunction(call)):
+        raise ValueError(
+            f"overlap=Overlap.REPLACE stops the run in flight, and {action!r} cannot be "
+            "stopped: give an async def action (run under AsyncRunner: its coroutine is "
+            "cancelled), or use Overlap.SKIP / Overlap.BUFFER"
+        )
 
 
 def check_end(plan: Plan, first: Time) -> None:
@@ -565,6 +592,8 @@ class Scheduler:
             raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
         plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)
         controls(plan, when, overlap, deadline, jitter, self._end(end), max_runs)
+        if plan.replace:
+            check_stoppable(action)
         action = self._prepare(action, args, kwargs)
         cursor, first = self._first(when)
         check_end(plan, first)
@@ -1085,7 +1114,15 @@ class Scheduler:
         matters only where a claimed run holds something (see
         :attr:`_leases`); in memory a waiting claimed run costs nothing.
         """
-        return self._locked(lambda: self._engine.claim(now, queued=queued))
+
+        def claim() -> tuple[Task | None, list[Any]]:
+            task = self._engine.claim(now, queued=queued)
+            return task, self._engine.take_stops()
+
+        task, stops = self._locked(claim)
+        for run in stops:  # Overlap.REPLACE: the runs in flight its driver is to stop
+            self._emit(Event(EventKind.RUN_REPLACED, run.task_id, run_at(run)))
+        return task
 
     def _start(self, task: Task) -> bool:
         """Move a queued run to running; ``False`` if it was cancelled (for runners)."""
@@ -1102,10 +1139,12 @@ class Scheduler:
         (the asyncio runner awaits it); otherwise the awaitable is closed and
         the run fails with ``TypeError``: a plain driver cannot await it.
         """
+        plan = task.plan  # run_at(task), inlined: the hot path of every run
+        at = task.entry[0] if plan is None or plan.nominal is None else plan.nominal
         if self._listeners:
-            self._emit(Event(EventKind.RUN_STARTED, task.entry[2], run_at(task)))
+            self._emit(Event(EventKind.RUN_STARTED, task.entry[2], at))
         try:
-            result = task.action(run_at(task))
+            result = task.action(at)
             if result is None:
                 return None
             if not inspect.isawaitable(result):
@@ -1124,8 +1163,7 @@ class Scheduler:
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 exc.add_note(
-                    f"cadence: the run of task {task.task_id!r} at {run_at(task)!r} "
-                    "was recorded as failed"
+                    f"cadence: the run of task {task.task_id!r} at {at!r} was recorded as failed"
                 )
             return exc
 

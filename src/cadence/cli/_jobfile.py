@@ -292,10 +292,19 @@ def _job(path: Path, job_id: str, raw: dict[str, Any], imports: bool = True) -> 
 
 
 def _overlap(value: Any, what: str) -> Overlap:
-    """``overlap``: the name of an overlap policy."""
+    """``overlap``: the name of an overlap policy, or ``{ allow = N }``; ``"replace"`` and
+    ``allow`` are refused, with the reason: a stored job runs one run at a time."""
+    if (isinstance(value, str) and value == "replace") or (
+        isinstance(value, dict) and set(value) == {"allow"}
+    ):
+        raise JobFileError(
+            f"{what}: {value!r} is not available to cadence run yet: a stored job holds one "
+            'lease, so it runs one run at a time; use "buffer" or "skip" (several '
+            "runs at once: several jobs)"
+        )
     if isinstance(value, str) and value in MODES:
         return Overlap.named(value)
-    raise JobFileError(f"{what}: {value!r} is not one of {', '.join(MODES)}")
+    raise JobFileError(f"{what}: {value!r} is not one of buffer, skip")
 
 
 def _on_failure(raw: dict[str, Any], key: Callable[[str], str]) -> str | list[str] | None:

@@ -16,7 +16,7 @@ import traceback
 from collections import deque
 from typing import Any
 
-from cadence._engine import Engine, Task
+from cadence._engine import WINDOWS, Engine, Task
 from cadence._policy import Plan, jitter_offset
 from cadence._types import Action, RunCancelled, RunOutcome, Status, Time
 from cadence.store import OutcomeRow, TaskRow
@@ -95,7 +95,9 @@ def restore(row: TaskRow, action: Action, status: Status | None = None) -> Held:
 CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs"})
 """The spec keys of the scheduling controls, stored only when set (rows written
 before them, or by tasks that use none, have none)."""
-CONTROL_STATE = frozenset({"runs", "nominal", "extra_runs", "extras", "skips", "pending"})
+CONTROL_STATE = frozenset(
+    {"runs", "nominal", "extra_runs", "extras", "skips", "pending", "windows"}
+)
 """The state keys the controls keep, stored only when set."""
 
 
@@ -107,6 +109,9 @@ def _controls(plan: Plan, spec: dict[str, Any], state: dict[str, Any]) -> None:
     plan.extra_runs = state.get("extra_runs", 0)
     plan.extras = state.get("extras")
     plan.skips = state.get("skips")
+    windows = state.get("windows")
+    if windows:
+        plan.windows = deque(((start, end) for start, end in windows), maxlen=WINDOWS)
     pending = state.get("pending")
     if pending:
         probe = Plan()
@@ -176,6 +181,7 @@ def state_of(plan: Plan) -> dict[str, Any]:
         for key, value in (
             ("runs", plan.runs), ("nominal", plan.nominal), ("extra_runs", plan.extra_runs),
             ("extras", plan.extras), ("skips", plan.skips),
+            ("windows", None if not plan.windows else [list(w) for w in plan.windows]),
             ("pending", None if not plan.pending else spec_of(plan.pending)),
         ):  # fmt: skip
             if value:

@@ -575,6 +575,12 @@ class DurableScheduler(Scheduler):
             raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
         overlap, deadline, jitter, end, max_runs = control
         controls(plan, when, overlap, deadline, jitter, self._end(end), max_runs)
+        if plan.concurrent:
+            raise ValueError(
+                f"overlap={overlap!r} is for an in-memory Scheduler for now: a store keeps one "
+                "lease per task, so a stored task runs one run at a time (Overlap.BUFFER or "
+                "Overlap.SKIP); see docs/policies.md, 'Overlap'"
+            )
         stored_args = None if args is None else _codec.json_value("args", args)
         stored_kwargs = None if kwargs is None else _codec.json_value("kwargs", kwargs)
         prepare(function, stored_args, stored_kwargs)  # the call shape, checked now
