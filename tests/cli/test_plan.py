@@ -170,6 +170,8 @@ def test_the_scheduling_controls_in_a_plan(tmp_path: Path) -> None:
     ("keys", "message"),
     [
         ('overlap = "sometimes"', "key 'overlap': 'sometimes' is not one of buffer, skip"),
+        ('overlap = "replace"', "key 'overlap': 'replace' is not available to cadence run"),
+        ("overlap = { allow = 3 }", "it runs one run at a time"),
         ('deadline = "soon"', "key 'deadline': 'soon' is not a duration"),
         ('jitter = "-1s"', "key 'jitter'"),
         ("max_runs = 0", "key 'max_runs': 0 is not an int >= 1"),
