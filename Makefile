@@ -52,6 +52,7 @@ $(VENV)/.bench: $(STAMP) bench/peer_drains/requirements-aps4.txt
 bench: $(VENV)/.bench
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/realtime.py
+	$(BIN)/python bench/overlap.py
 	$(BIN)/python bench/peers.py
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/durable.py
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/scale.py
