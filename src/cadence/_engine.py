@@ -711,23 +711,29 @@ class Engine:
         result = OK if error is None else Result.FAILED
         outcome = self._record(run, at, result, error, attempt, started, skipped_by, value)
         move(run, DONE if error is None else FAILED)
+        if alive:
+            task.last = outcome
+            self._landed(run, error is not None)
+        return outcome
+
+    def _landed(self, run: Run, failed: bool) -> None:
+        """A run of a live concurrent task is over (completed, or replaced before it
+        started): one fewer in flight, so the task may run its next (queued again), or
+        end if its schedule did and this was the last (``failed``: how it ended)."""
+        task = run.parent
         plan = task.plan
         assert plan is not None
         assert plan.flying is not None
         if run in plan.flying:
             plan.flying.remove(run)
             plan.inflight -= 1
-        if not alive:
-            return outcome
-        task.last = outcome
         if plan.inflight == 0:
             plan.held = False
             if plan.ended is not None:
-                self._finish(task, FAILED if plan.ended is FAILED or error else DONE)
-                return outcome
+                self._finish(task, FAILED if plan.ended is FAILED or failed else DONE)
+                return
             move(task, SCHEDULED)
         self._sync(task, plan)
-        return outcome
 
     def take_stops(self) -> list[Run]:
         """The runs REPLACE decided to stop since the last call (the scheduler signals
@@ -740,13 +746,21 @@ class Engine:
     def start(self, task: Task) -> bool:
         """Move a claimed ``queued`` run to ``running``. O(1).
 
-        ``False`` if its task was cancelled while queued: the run must not
-        start, and needs no :meth:`complete`.
+        ``False`` if its task was cancelled while queued, or (a concurrent task's
+        run) REPLACE replaced it meanwhile (its slot is counted skipped, ``overlap``):
+        the run must not start, and needs no :meth:`complete`.
         """
         if task.status is CANCELLED:
             return False
-        if task.__class__ is Run and task.parent.status in FINISHED:
-            return False
+        if task.__class__ is Run:
+            if task.parent.status in FINISHED:
+                return False
+            if task.replaced:  # REPLACE decided on it before it started: it never runs
+                parent = task.parent.plan
+                assert parent is not None
+                _skip(parent, "overlap", 1)
+                self._landed(task, False)
+                return False
         move(task, RUNNING)
         return True
 
