@@ -32,10 +32,8 @@ enters the queue.
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Mapping
-from heapq import heappop, heappush
 
 from ._policy import Cursor, Plan, RetryPolicy, jitter_offset
 from ._queue import Entry, RunQueue
@@ -165,6 +163,12 @@ class Run(Task):
     replaced: bool
 
 
+class _Waiting:
+    """The table's key of a concurrent task's run waiting for its retry (by identity)."""
+
+    __slots__ = ()
+
+
 class Engine:
     """Task table + run queue + finished-task history, driven by ``now``.
 
@@ -176,8 +180,8 @@ class Engine:
     """
 
     __slots__ = (
-        "_backoff", "_follow", "_history", "_history_limit", "_queue", "_retry", "_side",
-        "_side_seq", "_tasks", "stops",
+        "_backoff", "_follow", "_history", "_history_limit", "_queue", "_retry", "_tasks",
+        "_waiting", "stops",
     )  # fmt: skip
 
     def __init__(
@@ -194,9 +198,9 @@ class Engine:
         self._history: OrderedDict[Hashable, Status] = OrderedDict()
         self._history_limit = HISTORY
         self._queue: RunQueue[Task] = RunQueue(self._tasks)
-        # The retries of concurrent tasks' runs: (time, seq, run), beside the queue.
-        self._side: list[tuple[Time, int, Run]] = []
-        self._side_seq = itertools.count().__next__
+        # Runs of concurrent tasks waiting for a retry sit in the table (and the queue)
+        # under a key of their own (_Waiting), so a claim needs no second queue.
+        self._waiting = 0
         self.stops: list[Run] = []  # runs REPLACE decided to stop, for the scheduler to signal
 
     # -- queries ---------------------------------------------------------
@@ -230,19 +234,16 @@ class Engine:
 
     def infos(self) -> list[TaskInfo]:
         """A :class:`TaskInfo` for every unfinished task. O(n)."""
-        return [_info(task) for task in self._tasks.values()]
+        return [_info(task) for task in self._tasks.values() if task.__class__ is not Run]
 
     def next_time(self) -> Time | None:
         """The time of the earliest live run, or ``None``. O(1) amortised."""
         entry = self._queue.peek()
-        if self._side:
-            side = self._side[0][0]
-            return side if entry is None or side < entry[0] else entry[0]
         return None if entry is None else entry[0]
 
     def __len__(self) -> int:
         """The number of unfinished tasks. O(1)."""
-        return len(self._tasks)
+        return len(self._tasks) - self._waiting
 
     # -- changes ---------------------------------------------------------
 
@@ -536,22 +537,19 @@ class Engine:
         run later, in its order with other tasks' runs). O(log n).
         """
         while True:
-            if self._side and self._side[0][0] <= now:  # a concurrent task's run to retry
-                run = self._retry_due(now, queued)
-                if run is not None:
-                    return run
             task = self._queue.pop_due(now)
             if task is None:
                 return None
             plan = task.plan
-            if plan is not None and plan.extra:  # the scheduling controls, off the hot path
+            if plan is None or (plan.misfire is None and not plan.extra):  # the hot path
+                move(task, QUEUED if queued else RUNNING)
+                return task
+            if plan.extra:  # the scheduling controls
                 found = self._claim_controlled(task, plan, now, queued)
                 if found is not None:
                     return found
             elif (
-                plan is None
-                or plan.misfire is None
-                or plan.backlog
+                plan.backlog
                 or plan.attempt  # a retry: its slot was already decided on
                 or task.entry[0] >= now
                 or self._misfire(task, plan, now)
@@ -565,6 +563,8 @@ class Engine:
         """:meth:`claim` of a task with scheduling controls: its misfire policy, then its
         deadline, then, for a concurrent task, a run of its own (:meth:`_run_of`).
         ``None`` if the claimed run was moved, skipped or held instead."""
+        if task.__class__ is Run:  # a concurrent task's run, its retry due
+            return self._retried(task, queued)
         if (
             plan.misfire is not None
             and not plan.backlog
@@ -643,18 +643,16 @@ class Engine:
         else:
             self._finish(task, DONE)
 
-    def _retry_due(self, now: Time, queued: bool) -> Run | None:
-        """Take the earliest due retry of a concurrent task's run, if it comes before the
-        queue's head (a run of a finished task, or one REPLACE dropped, is forgotten)."""
-        side = self._side
-        head = self._queue.peek()
-        while side and side[0][0] <= now and (head is None or side[0][0] <= head[0]):
-            run = heappop(side)[2]
-            if run.replaced or run.parent.status in FINISHED:
-                continue
-            move(run, QUEUED if queued else RUNNING)
-            return run
-        return None
+    def _retried(self, run: Run, queued: bool) -> Run | None:
+        """A concurrent task's run whose retry came due leaves the table; ``None`` (it
+        is forgotten) if its task finished meanwhile or REPLACE dropped it."""
+        del self._tasks[run.entry[2]]
+        self._waiting -= 1
+        run.entry = (run.entry[0], -1, run.parent.entry[2])
+        if run.replaced or run.parent.status in FINISHED:
+            return None
+        move(run, QUEUED if queued else RUNNING)
+        return run
 
     def _sync(self, task: Task, plan: Plan) -> None:
         """Put a concurrent task's next run in the queue, or take it out, as its state
@@ -704,8 +702,10 @@ class Engine:
             own.last_delay = retry[1]
             own.nominal = None
             move(run, SCHEDULED)
-            run.entry = (retry[0], -1, task.entry[2])
-            heappush(self._side, (retry[0], self._side_seq(), run))
+            key = _Waiting()
+            self._tasks[key] = run
+            self._waiting += 1
+            run.entry = self._queue.push(retry[0], key, own.priority)
             task.last = outcome
             return outcome
         result = OK if error is None else Result.FAILED
@@ -792,9 +792,13 @@ class Engine:
             if task.status is not CANCELLED:
                 self._finish(task, DONE if error is None else FAILED)
             return outcome
-        if plan.extra and task.__class__ is Run:
-            return self._complete_run(task, error, started, value)
-        at = entry[0] if plan.nominal is None else plan.nominal
+        at = entry[0]
+        extra = plan.extra  # a task with scheduling controls: every check below is on it
+        if extra:
+            if task.__class__ is Run:
+                return self._complete_run(task, error, started, value)
+            if plan.nominal is not None:
+                at = plan.nominal
         attempt = plan.attempt
         skipped = plan.skipped
         skipped_by: Skips = NO_SKIPS
@@ -825,7 +829,7 @@ class Engine:
                         if nxt.__class__ not in PLAIN or not plan.slot < nxt <= LIMIT:
                             nxt = _later(plan.slot, nxt, finished)
                         plan.slot = nxt
-                if plan.extra:
+                if extra:
                     nxt = self._controlled(plan, nxt, started, finished, not backlog)
         except BaseException as exc:  # a policy failed: the task cannot go on
             exc.add_note(f"cadence: a policy of task {entry[2]!r} failed; so did the task")
@@ -835,7 +839,7 @@ class Engine:
             self._finish(task, FAILED)
             return outcome
         # Then change: no user code from here on (see _repair for interrupts).
-        if plan.overlap_skip and finished > started:  # when this run was in flight
+        if extra and plan.overlap_skip and finished > started:  # when it was in flight
             _busy(plan, started, finished)
         if retry is not None:
             outcome = self._record(task, at, RETRY, error, attempt, started, skipped_by, value)
@@ -844,15 +848,15 @@ class Engine:
         task.last = outcome = _new_outcome(
             RunOutcome, (entry[2], at, result, error, attempt, started, skipped, value, skipped_by)
         )
-        if plan.extra:
+        if extra:
             _slot_over(plan)
         if attempt or plan.backlog:
             _end_slot(plan)
-        if plan.extras:  # extra runs asked for while this one ran go first
+        if extra and plan.extras:  # extra runs asked for while this one ran go first
             nxt = _take_extras(plan, nxt)
         if nxt is None:
             self._finish(task, DONE if error is None else FAILED)
-        elif plan.paused or plan.extra:
+        elif extra or plan.paused:
             move(task, SCHEDULED)
             self._push_slot(task, plan, nxt)  # parks it if paused
         else:  # the recurring hot path: _requeue, inlined
