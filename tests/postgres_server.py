@@ -24,6 +24,11 @@ The dashboard's browser tests need Chromium: when ``chromium`` is missing and
 this runs as root with ``apt-get``, Debian's ``chromium`` package is installed
 too, and ``CADENCE_CHROMIUM`` names it for the command (``tests/web/conftest.py``:
 without it the browser tests skip, and fail in CI).
+
+The hand-off tests need Redis: Debian's ``redis-server`` (installed likewise when
+missing) is started on 127.0.0.1 at a free port, in a temporary directory of its
+own, with no persistence, and ``CADENCE_REDIS_URL`` names it
+(``tests/handoff/conftest.py``); it is stopped at the end, as PostgreSQL is.
 """
 
 from __future__ import annotations
@@ -71,6 +76,54 @@ def chromium() -> str | None:
             subprocess.run(install, check=True, env=env)
         found = shutil.which("chromium")
     return found
+
+
+def redis_binary() -> str | None:
+    """Debian's redis-server, installing it if need be (a broker for the hand-off tests)."""
+    found = shutil.which("redis-server")
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        print("postgres_server: installing Debian's redis-server package", file=sys.stderr)
+        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "redis-server"]
+        if subprocess.run(install, env=env, check=False).returncode != 0:  # stale lists
+            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+            subprocess.run(install, check=True, env=env)
+        found = shutil.which("redis-server")
+    return found
+
+
+class Redis:
+    """A redis-server on loopback at a free port, in a temporary directory, no persistence."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.dir = Path(tempfile.mkdtemp(prefix="cadence-redis-"))
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir",
+             str(self.dir), "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+            stdout=subprocess.DEVNULL, cwd=self.dir,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()
+                self.proc.wait(30)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _version(path: str) -> int:
@@ -144,6 +197,22 @@ def main(argv: list[str]) -> int:
     browser = env.get("CADENCE_CHROMIUM") or chromium()
     if browser is not None:
         env["CADENCE_CHROMIUM"] = browser
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # stopped from outside: still clean up
+        signal.signal(signum, _exit)
+    redis = None
+    if "CADENCE_REDIS_URL" not in env and (binary := redis_binary()) is not None:
+        redis = Redis(binary)
+        redis.start()
+        env["CADENCE_REDIS_URL"] = redis.url
+    try:
+        return _with_postgres(command, env, durable)
+    finally:
+        if redis is not None:
+            redis.stop()
+
+
+def _with_postgres(command: list[str], env: dict[str, str], durable: bool) -> int:
+    """Run ``command`` beside a PostgreSQL server (one given in ``env``, or ours)."""
     if "CADENCE_PG_DSN" in env:  # a server given from outside: use it
         return subprocess.call(command, env=env)
     bindir = binaries()
@@ -151,8 +220,6 @@ def main(argv: list[str]) -> int:
         print("postgres_server: no PostgreSQL here; its tests will skip", file=sys.stderr)
         return subprocess.call(command, env=env)
     server = Server(bindir, durable=durable)
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # stopped from outside: still clean up
-        signal.signal(signum, _exit)
     server.start()
     try:
         env["CADENCE_PG_DSN"] = server.dsn

@@ -11,7 +11,7 @@ import cadence
 
 PUBLIC_MODULES = {
     "cron", "misfire", "overlap", "retry", "schedules", "store", "durable", "cli", "testing",
-    "report", "observe", "metrics", "web",
+    "report", "observe", "metrics", "web", "handoff",
 }  # fmt: skip
 CORE_MODULES = ["_engine.py", "_queue.py", "_types.py", "_validate.py", "_scheduler.py",
                 "_policy.py", "schedules.py", "misfire.py", "overlap.py", "_calls.py"]  # fmt: skip

@@ -26,7 +26,7 @@ def floor(module: str) -> int:
         return 2
     if parts[1:2] in (["_driver"], ["_runner"], ["_async"]):
         return 3
-    top = ("__main__", "cli", "metrics", "observe", "report", "testing", "web")
+    top = ("__main__", "cli", "handoff", "metrics", "observe", "report", "testing", "web")
     assert parts == ["cadence"] or parts[1] in top, module
     return 4
 
