@@ -7,6 +7,7 @@ and the key, and is a :class:`JobFileError` (the command exits with status 2).
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 import tomllib
@@ -31,9 +32,11 @@ COMMAND = "cadence.cli._command:run_command"
 JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
      "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
-     "cwd", "overlap", "deadline", "jitter", "end", "max_runs"}
+     "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue"}
 )  # fmt: skip
-DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call"}
+DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue"}
+HANDOFF = "cadence.handoff:publish"
+"""The stored action of ``enqueue`` jobs (see :mod:`cadence.handoff`)."""
 RECURRING_KEYS = frozenset({"misfire", "overlap", "end", "max_runs"})
 """Keys a one-off (``at``) job has no use for: left out of the defaults it takes."""
 RETRY_KEYS = frozenset({"base", "cap", "jitter"})
@@ -156,11 +159,13 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
         raise JobFileError(f"{path}: cannot read it: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise JobFileError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(data) - {"defaults", "jobs"}
+    unknown = set(data) - {"defaults", "jobs", "brokers"}
     if unknown:
         raise JobFileError(
-            f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults] and [[jobs]]"
+            f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults], [brokers] "
+            "and [[jobs]]"
         )
+    brokers = _brokers(data.get("brokers", {}), f"{path}: [brokers]")
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise JobFileError(f"{path}: [defaults] must be a table")
@@ -182,8 +187,34 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
         if job_id in seen:
             raise JobFileError(f"{path}: job {job_id!r}: key 'id': used twice in the file")
         seen.add(job_id)
-        loaded.append(_job(path, job_id, _merged(defaults, raw), imports))
+        loaded.append(_job(path, job_id, _merged(defaults, raw), imports, brokers))
     return loaded
+
+
+def _brokers(table: object, where: str) -> set[str]:
+    """``[brokers]``: ``NAME = "redis://..."`` or ``NAME = { env = "VARIABLE" }`` (the
+    URL read from the environment, so the file need hold no password), each
+    registered for :mod:`cadence.handoff` in this process (a node resolves a stored
+    job's broker by name). The names."""
+    from cadence import handoff
+
+    if not isinstance(table, dict):
+        raise JobFileError(f"{where} must be a table of NAME = URL")
+    for name, value in table.items():
+        what = f"{where}: {name!r}"
+        if isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str):
+            url = os.environ.get(value["env"])
+            if not url:
+                raise JobFileError(f"{what}: ${value['env']} is not set")
+        elif isinstance(value, str):
+            url = value
+        else:
+            raise JobFileError(f'{what}: a URL or {{ env = "VARIABLE" }} is required')
+        try:
+            handoff.register_broker(name, url)
+        except ValueError as exc:
+            raise JobFileError(f"{what}: {exc}") from None
+    return set(table)
 
 
 def _command(
@@ -224,6 +255,39 @@ def _command(
     return COMMAND, [command, timeout], kwargs or None
 
 
+def _enqueue(
+    raw: dict[str, Any], key: Callable[[str], str], brokers: frozenset[str] | set[str]
+) -> tuple[str, None, dict[str, Any]]:
+    """An ``enqueue`` job: ``{ TARGET = "task.name", queue = "...", broker = "NAME" }``,
+    TARGET one of celery, rq, dramatiq, arq; the job's ``args``/``kwargs`` go to the
+    task. Its stored action is :data:`HANDOFF`, called with keyword arguments only.
+    ``broker`` defaults to the one ``[brokers]`` entry (or ``default``), and must be
+    declared there or in ``$CADENCE_BROKER_<NAME>``."""
+    from cadence import handoff
+
+    value, what = raw["enqueue"], key("enqueue")
+    targets = [t for t in handoff.TARGETS if isinstance(value, dict) and t in value]
+    if not isinstance(value, dict) or len(targets) != 1 or set(value) - {
+        *targets, "queue", "broker",
+    }:  # fmt: skip
+        raise JobFileError(
+            f'{what}: a table like {{ celery = "proj.tasks.report", queue = "reports", '
+            f'broker = "main" }} is required: one of {", ".join(handoff.TARGETS)}, and '
+            "optionally queue and broker"
+        )
+    broker = value.get("broker", next(iter(brokers)) if len(brokers) == 1 else "default")
+    try:
+        message = handoff.message(
+            targets[0], value[targets[0]], broker=broker, queue=value.get("queue"),
+            args=_json(raw.get("args", []), key("args"), list) or [],
+            kwargs=_json(raw.get("kwargs"), key("kwargs"), dict),
+        )  # fmt: skip
+        handoff.broker_url(broker)
+    except (TypeError, ValueError, handoff.HandoffError) as exc:
+        raise JobFileError(f"{what}: {exc}") from None
+    return HANDOFF, None, message
+
+
 def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     """A job's keys over the defaults; a default that does not apply to it is left out
     (``misfire`` for a one-off, ``timeout`` for a ``call``, ``args`` for a ``command``)."""
@@ -231,7 +295,7 @@ def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     unfit: set[str] = set()
     if "at" in raw:
         unfit |= RECURRING_KEYS
-    if "call" in raw:
+    if "call" in raw or "enqueue" in raw:
         unfit |= {"timeout", "env", "inherit_env", "cwd"}
     if "command" in raw:
         unfit |= {"args", "kwargs"}
@@ -240,7 +304,13 @@ def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _job(path: Path, job_id: str, raw: dict[str, Any], imports: bool = True) -> Job:
+def _job(
+    path: Path,
+    job_id: str,
+    raw: dict[str, Any],
+    imports: bool = True,
+    brokers: frozenset[str] | set[str] = frozenset(),
+) -> Job:
     """One job's keys (over the defaults), validated: its :class:`Job`."""
     where = f"{path}: job {job_id!r}"
 
@@ -257,10 +327,17 @@ def _job(path: Path, job_id: str, raw: dict[str, Any], imports: bool = True) -> 
     when = _when(raw, kind, tz, key)
     timeout = duration(raw["timeout"], key("timeout")) if "timeout" in raw else None
     args: list[Any] | None
-    if _one_of(raw, ("command", "call"), where) == "command":
+    does = _one_of(raw, ("command", "call", "enqueue"), where)
+    if does == "command":
         if "args" in raw or "kwargs" in raw:
             raise JobFileError(f"{where}: 'args'/'kwargs' go with 'call', not 'command'")
         action, args, kwargs = _command(raw, timeout, key)
+    elif does == "enqueue":
+        if "env" in raw or "inherit_env" in raw or "cwd" in raw or timeout is not None:
+            raise JobFileError(
+                f"{where}: 'env'/'inherit_env'/'cwd'/'timeout' go with 'command', not 'enqueue'"
+            )
+        action, args, kwargs = _enqueue(raw, key, brokers)
     else:
         if "env" in raw or "inherit_env" in raw or "cwd" in raw:
             raise JobFileError(f"{where}: 'env'/'inherit_env'/'cwd' go with 'command', not 'call'")

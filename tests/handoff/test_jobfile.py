@@ -1,0 +1,78 @@
+"""``enqueue`` jobs and ``[brokers]`` in a job file, under ``cadence run``."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from cadence.cli._jobfile import HANDOFF, JobFileError, load
+from tests.cli.conftest import Cli
+from tests.handoff.conftest import Worker
+
+
+def test_a_job_file_hands_each_slot_to_a_worker(redis_url: str, tmp_path: Path) -> None:
+    """A node runs an ``enqueue`` job every second; an RQ worker then runs each slot
+    once, with its key; the broker's URL comes from the environment, never the file."""
+    cli = Cli(tmp_path)
+    cli.env["QUEUE_URL"] = redis_url
+    cli.write(
+        '[brokers]\nmain = { env = "QUEUE_URL" }\n'
+        '[[jobs]]\nid = "report"\nevery = "1s"\nargs = [3]\n'
+        'enqueue = { rq = "tests.handoff.apps.rq_report" }\n'
+    )
+
+    def published() -> int:
+        return len([r for r in cli.json("history", "report") if r["result"] == "ok"])
+
+    proc = cli.start()
+    try:
+        cli.wait(cli.loaded)  # the store exists
+        cli.wait(lambda: published() >= 3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    keys = {f"report@{r['slot']!r}" for r in cli.json("history", "report")
+            if r["result"] == "ok"}  # fmt: skip
+    worker = Worker("rq", redis_url, tmp_path / "runs.db")
+    try:
+        ran = worker.wait_for(len(keys))
+    finally:
+        worker.stop()
+    assert set(ran) == keys
+    assert all(n == 1 for n in ran.values())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('enqueue = { kafka = "x" }', "one of celery, rq, dramatiq, arq"),
+        ('enqueue = { rq = "x", celery = "y" }', "one of celery, rq, dramatiq, arq"),
+        ('enqueue = { rq = "x", broker = "nope" }', "no broker 'nope' here"),
+        ('enqueue = { rq = "x" }\ncommand = "true"', "give exactly one of"),
+        ('enqueue = { rq = "x" }\ntimeout = "1m"', "go with 'command', not 'enqueue'"),
+    ],
+)
+def test_bad_enqueue_jobs_are_refused_naming_the_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(f'[brokers]\nmain = "redis://127.0.0.1:1/0"\n[[jobs]]\nid = "j"\n'
+                    f'every = "1m"\n{text}\n')  # fmt: skip
+    with pytest.raises(JobFileError, match=message):
+        load(jobs)
+
+
+def test_an_enqueue_job_stores_its_brokers_name_only(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[brokers]\nq = "redis://:s3cret@127.0.0.1:1/0"\n[[jobs]]\nid = "j"\nevery = "1m"\n'
+        'kwargs = { day = "mon" }\nenqueue = { celery = "proj.report", queue = "reports" }\n'
+    )
+    (job,) = load(jobs)
+    assert job.action == HANDOFF
+    assert job.kwargs == {"target": "celery", "name": "proj.report", "broker": "q",
+                          "queue": "reports", "args": [], "kwargs": {"day": "mon"}}  # fmt: skip
+    assert "s3cret" not in repr(job.options())
