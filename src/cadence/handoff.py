@@ -279,12 +279,15 @@ def _arq(
             options: dict[str, Any] = {"_job_id": key}
             if queue is not None:
                 options["_queue_name"] = queue
-            await asyncio.wait_for(pool.enqueue_job(name, *args, **options, **kwargs), TIMEOUT)
+            await pool.enqueue_job(name, *args, **options, **kwargs)
             return key  # enqueued now, or refused as a duplicate: published either way
         finally:
             await pool.aclose()
 
-    return asyncio.run(send())
+    async def bounded() -> str:  # connecting included: a silent server answers no ping
+        return await asyncio.wait_for(send(), TIMEOUT)
+
+    return asyncio.run(bounded())
 
 
 _PUBLISHERS: dict[str, Callable[..., str]] = {
