@@ -270,24 +270,43 @@ def _arq(
     from arq import create_pool
     from arq.connections import RedisSettings
 
-    async def send() -> str:
+    loop = _loop()
+
+    async def connect() -> Any:
         settings = RedisSettings.from_dsn(url)
-        settings.conn_timeout = int(TIMEOUT)
+        settings.conn_timeout = max(1, int(TIMEOUT))
         settings.conn_retries = 0
-        pool = await create_pool(settings)
-        try:
-            options: dict[str, Any] = {"_job_id": key}
-            if queue is not None:
-                options["_queue_name"] = queue
-            await pool.enqueue_job(name, *args, **options, **kwargs)
-            return key  # enqueued now, or refused as a duplicate: published either way
-        finally:
-            await pool.aclose()
+        return await create_pool(settings)
 
-    async def bounded() -> str:  # connecting included: a silent server answers no ping
-        return await asyncio.wait_for(send(), TIMEOUT)
+    def make() -> Any:  # one pool per broker, on the hand-off loop
+        return asyncio.run_coroutine_threadsafe(connect(), loop).result(TIMEOUT)
 
-    return asyncio.run(bounded())
+    pool = _client("arq", url, make)
+    options: dict[str, Any] = {"_job_id": key}
+    if queue is not None:
+        options["_queue_name"] = queue
+    # None: arq refused a job id it holds already, published before (a lost
+    # acknowledgement, a takeover): published either way
+    sent = asyncio.run_coroutine_threadsafe(
+        asyncio.wait_for(pool.enqueue_job(name, *args, **options, **kwargs), TIMEOUT), loop
+    )
+    sent.result(TIMEOUT + 1)
+    return key
+
+
+_loops: list[asyncio.AbstractEventLoop] = []  # the one hand-off loop, once started
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    """The event loop arq's clients live on: one daemon thread of this process, so a
+    publish from any thread (a runner's worker, the dispatcher, an event loop of the
+    application's own) reuses one connection pool per broker."""
+    with _lock:
+        if not _loops:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="cadence-handoff", daemon=True).start()
+            _loops.append(loop)
+        return _loops[0]
 
 
 _PUBLISHERS: dict[str, Callable[..., str]] = {

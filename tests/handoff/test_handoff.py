@@ -3,7 +3,11 @@ real worker of each queue runs it, and what a re-publish does is what the docs s
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,8 @@ import pytest
 from cadence import FixedRate, ManualClock, Result, RunContext, Scheduler, handoff
 from cadence.durable import DurableScheduler
 from cadence.store import SQLiteStore
-from tests.handoff.conftest import Worker
+from tests.handoff.conftest import ROOT, Worker
+from tests.helpers import wait_until
 
 NAMES = {
     "celery": "tests.handoff.apps.report",
@@ -21,61 +26,67 @@ NAMES = {
 }
 DEDUPES = {"celery": False, "rq": True, "dramatiq": False, "arq": True}
 """Whether a second publish of a key is refused by the queue (the docs' table)."""
-SLOTS = 20
 
 
 @pytest.mark.parametrize("target", sorted(NAMES))
-def test_every_slot_reaches_a_real_worker_once_with_its_key(
-    target: str, redis_url: str, tmp_path: Path
+def test_three_nodes_hand_each_of_2000_slots_to_a_real_worker_once(
+    target: str, redis_url: str, pg_dsn: str, pg_prefix: str, tmp_path: Path
 ) -> None:
-    handoff.register_broker("tests", redis_url)
-    clock = ManualClock(1_800_000_000)
-    sched = DurableScheduler(SQLiteStore(tmp_path / "cadence.db"), clock=clock)
+    """20 tasks of 100 slots each, due at once, run by 3 node processes on one
+    PostgreSQL: every slot is recorded once and reaches the queue's own worker once,
+    with its key. Then 3 keys are published again, as a node killed between publish
+    and commit would: arq and RQ refuse them, Celery and Dramatiq deliver them twice."""
+    from cadence.store import PostgresStore
+
+    store = PostgresStore(pg_dsn, prefix=pg_prefix)
+    sched = DurableScheduler(store)
+    start = float(int(time.time()) - 100 * 60)  # 100 slots, every minute, all past
+    call = handoff.message(target, NAMES[target], broker="tests", args=[7])
     try:
-        sched.schedule(
-            "job", FixedRate(60, start=1_800_000_000), handoff.publish, max_retries=2,
-            kwargs=handoff.message(target, NAMES[target], broker="tests", args=[7, "a"]),
-        )  # fmt: skip
-        outcomes = []
-        for k in range(SLOTS):
-            outcomes += sched.tick(1_800_000_000 + 60 * k)
-        assert [o.result for o in outcomes] == [Result.OK] * SLOTS, outcomes[0].error
-        keys = {f"job@{1_800_000_000 + 60 * k!r}" for k in range(SLOTS)}
-        assert all(str(o.value).startswith(f"{target}:") for o in outcomes)
-        assert len(sched.history("job", 100)) == SLOTS  # each slot recorded once
+        for i in range(20):
+            sched.schedule(f"job{i:02}", FixedRate(60, start=start), handoff.publish,
+                           kwargs=call, end=start + 99 * 60)  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "CADENCE_BROKER_TESTS": redis_url,
+               "LEASE": "2"}  # fmt: skip
+        nodes = [
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.durable.worker", f"pg:{pg_prefix}"],
+                cwd=ROOT,
+                env=env,
+                stderr=subprocess.DEVNULL,
+            )
+            for _ in range(3)
+        ]
+        try:
+            wait_until(lambda: all(sched.status(f"job{i:02}") == "done" for i in range(20)), 120)
+        finally:
+            for node in nodes:
+                node.terminate()
+            for node in nodes:
+                node.wait(30)
+        history = [o for i in range(20) for o in sched.history(f"job{i:02}", 200)]
+        recorded = Counter((o.task_id, o.slot) for o in history)
+        assert len(recorded) == 2000
+        assert set(recorded.values()) == {1}  # each slot recorded once
+        assert len({o.owner for o in history}) >= 2  # the nodes shared the work
     finally:
-        sched.store.close()
+        store.close()
+    again = [("job00", start), ("job07", start + 60), ("job19", start + 99 * 60)]
+    handoff.register_broker("tests", redis_url)
+    for task_id, at in again:  # a re-publish, with the slot's key
+        handoff.publish(**call, run=RunContext(task_id, at, at, 0, 9, 1))
+    keys = {f"{task}@{slot!r}" for task, slot in recorded}
     worker = Worker(target, redis_url, tmp_path / "runs.db")
     try:
-        ran = worker.wait_for(SLOTS)
-    finally:
-        worker.stop()
-    assert set(ran) == keys
-    assert all(n == 1 for n in ran.values())
-
-
-@pytest.mark.parametrize("target", sorted(NAMES))
-def test_a_slot_published_again_with_its_key_is_deduped_where_the_queue_can(
-    target: str, redis_url: str, tmp_path: Path
-) -> None:
-    """A node killed between publish and commit publishes the slot again, with the same
-    key, once its lease is taken over: arq and RQ refuse the second message, Celery and
-    Dramatiq deliver it (the worker-side recipe in docs/celery-beat.md dedupes it)."""
-    handoff.register_broker("tests", redis_url)
-    call = handoff.message(target, NAMES[target], broker="tests")
-    for at in (1.0, 2.0, 3.0):
-        first = handoff.publish(**call, run=RunContext("again", at, at, 0))
-        assert handoff.publish(**call, run=RunContext("again", at, at, 0, 2, 1)) == first
-    worker = Worker(target, redis_url, tmp_path / "runs.db")
-    try:
-        ran = worker.settle(3 if DEDUPES[target] else 6)
+        ran = worker.settle(2000 if DEDUPES[target] else 2003, timeout=120)
         if DEDUPES[target]:
-            time.sleep(1)  # a second message, had the queue taken one, would have run by now
+            time.sleep(1)  # a second message, had the queue taken one, would have run
             ran = worker.keys()
     finally:
         worker.stop()
-    assert set(ran) == {"again@1.0", "again@2.0", "again@3.0"}
-    assert all(n == (1 if DEDUPES[target] else 2) for n in ran.values()), ran
+    assert set(ran) == keys
+    twice = {f"{task}@{at!r}" for task, at in again}
+    assert {key for key, n in ran.items() if n > 1} == (set() if DEDUPES[target] else twice)
 
 
 def test_a_broker_that_cannot_be_reached_fails_the_run_and_hides_its_password(
