@@ -135,8 +135,10 @@ def test_a_clock_stepped_back_stretches_no_lease(cluster: Cluster, tmp_path: Pat
     cluster.sched.schedule_once("x", 0, EFFECT, args=[])
     holder = cluster.spawn(LEASE="3", EFFECT_SLEEP="60", CLOCK_STEP_FILE=str(step))
     wait_until(cluster.starts, timeout=10)
-    cluster.spawn(LEASE="3", CLOCK_STEP_FILE=str(step))
-    time.sleep(1.0)  # the second node is up
+    ready = tmp_path / "ready"
+    cluster.spawn(LEASE="3", CLOCK_STEP_FILE=str(step), READY_FILE=str(ready))
+    wait_until(ready.exists, timeout=60)  # the second node is up, however slow the host
+    time.sleep(1.0)  # and its keeper has read its clock before the step
     step.write_text("-3600")
     cluster.kill(holder)
     began = time.monotonic()

@@ -6,8 +6,8 @@ that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
 (seconds) sets the node's clock that far off; $CLOCK_STEP_FILE steps its wall clock
 (``time.time``) by the seconds written there. $ACTIONS registers names
 (``name=module:function,...``), as a deployed version of an application
-would. $LEASE sets the lease (seconds); on PostgreSQL, $FREEZE and $PG_TIMEOUT
-freeze the node inside a transaction (see ``_postgres``); $KILL_AT makes the
+would. $READY_FILE is written once its runner started. $LEASE sets the lease
+(seconds); on PostgreSQL, $FREEZE and $PG_TIMEOUT freeze the node inside a transaction (see ``_postgres``); $KILL_AT makes the
 process SIGKILL itself at one step of its first run: ``claimed`` (just after
 the claim committed), ``completing`` (after the action, before the
 completion's transaction) or ``committing`` (inside that transaction, before
@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from cadence import DurableScheduler, Runner
@@ -145,6 +146,9 @@ def main() -> None:
     for entry in filter(None, os.environ.get("ACTIONS", "").split(",")):
         name, path = entry.split("=")
         sched.register(name, resolve_path(path))
+    ready = os.environ.get("READY_FILE")
+    if ready:  # tell the test the node's runner is up (its start-up is not timed)
+        sched.add_listener(lambda event: Path(ready).write_text("up"), "scheduler_started")
     run_for = float(os.environ.get("RUN_FOR", "0"))
     runner = Runner(sched)
     if run_for:
