@@ -7,8 +7,8 @@ that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
 (``time.time``) by the seconds written there. $ACTIONS registers names
 (``name=module:function,...``), as a deployed version of an application
 would. $READY_FILE is written once its runner started. $LEASE sets the lease
-(seconds); on PostgreSQL, $FREEZE and $PG_TIMEOUT freeze the node inside a transaction (see ``_postgres``); $KILL_AT makes the
-process SIGKILL itself at one step of its first run: ``claimed`` (just after
+(seconds); on PostgreSQL, $FREEZE and $PG_TIMEOUT freeze the node inside a
+transaction (see ``_postgres``); $KILL_AT makes the process SIGKILL itself at one step of its first run: ``claimed`` (just after
 the claim committed), ``completing`` (after the action, before the
 completion's transaction) or ``committing`` (inside that transaction, before
 its commit). The action itself can kill it too (see ``jobs.py``).
