@@ -8,10 +8,10 @@ that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
 (``name=module:function,...``), as a deployed version of an application
 would. $READY_FILE is written once its runner started. $LEASE sets the lease
 (seconds); on PostgreSQL, $FREEZE and $PG_TIMEOUT freeze the node inside a
-transaction (see ``_postgres``); $KILL_AT makes the process SIGKILL itself at one step of its first run: ``claimed`` (just after
-the claim committed), ``completing`` (after the action, before the
-completion's transaction) or ``committing`` (inside that transaction, before
-its commit). The action itself can kill it too (see ``jobs.py``).
+transaction (see ``_postgres``); $KILL_AT makes the process SIGKILL itself at
+one step of its first run: ``claimed`` (just after the claim committed),
+``completing`` (after the action, before the completion's transaction) or
+``committing`` (inside that transaction, before its commit). The action itself can kill it too (see ``jobs.py``).
 """
 
 from __future__ import annotations
