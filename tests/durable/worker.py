@@ -11,7 +11,8 @@ would. $READY_FILE is written once its runner started. $LEASE sets the lease
 transaction (see ``_postgres``); $KILL_AT makes the process SIGKILL itself at
 one step of its first run: ``claimed`` (just after the claim committed),
 ``completing`` (after the action, before the completion's transaction) or
-``committing`` (inside that transaction, before its commit). The action itself can kill it too (see ``jobs.py``).
+``committing`` (inside that transaction, before its commit). The action itself
+can kill it too (see ``jobs.py``).
 """
 
 from __future__ import annotations
