@@ -579,6 +579,9 @@ class Engine:
             return None
         if plan.concurrent:
             return self._run_of(task, plan, now, queued)
+        if plan.nominal is not None:  # out of the queue: the run is its slot from now on
+            task.entry = (plan.nominal, -1, task.entry[2])
+            plan.nominal = None
         move(task, QUEUED if queued else RUNNING)
         return task
 
@@ -766,7 +769,12 @@ class Engine:
 
     # The hot path of every run, kept in one frame: a helper call costs ~1 % of a run.
     def complete(  # noqa: PLR0915
-        self, task: Task, error: BaseException | None, started: Time, finished: Time
+        self,
+        task: Task,
+        error: BaseException | None,
+        started: Time,
+        finished: Time,
+        no_skips: Skips = NO_SKIPS,  # a local, not a global, on the hot path
     ) -> RunOutcome:
         """Record the result of a claimed run and queue what comes next. O(log n).
 
@@ -792,16 +800,13 @@ class Engine:
             if task.status is not CANCELLED:
                 self._finish(task, DONE if error is None else FAILED)
             return outcome
-        at = entry[0]
+        at = entry[0]  # the slot, or the retry's time (a claim unjitters its entry)
         extra = plan.extra  # a task with scheduling controls: every check below is on it
-        if extra:
-            if task.__class__ is Run:
-                return self._complete_run(task, error, started, value)
-            if plan.nominal is not None:
-                at = plan.nominal
+        if extra and task.__class__ is Run:
+            return self._complete_run(task, error, started, value)
         attempt = plan.attempt
         skipped = plan.skipped
-        skipped_by: Skips = NO_SKIPS
+        skipped_by = no_skips
         if skipped:
             plan.skipped = 0
             skipped_by = _skipped_by(plan, skipped)
@@ -839,9 +844,9 @@ class Engine:
             self._finish(task, FAILED)
             return outcome
         # Then change: no user code from here on (see _repair for interrupts).
-        if extra and plan.overlap_skip and finished > started:  # when it was in flight
-            _busy(plan, started, finished)
         if retry is not None:
+            if extra and plan.overlap_skip and finished > started:
+                _busy(plan, started, finished)
             outcome = self._record(task, at, RETRY, error, attempt, started, skipped_by, value)
             self._queue_retry(task, plan, attempt, retry, at)
             return outcome
@@ -849,11 +854,9 @@ class Engine:
             RunOutcome, (entry[2], at, result, error, attempt, started, skipped, value, skipped_by)
         )
         if extra:
-            _slot_over(plan)
-        if attempt or plan.backlog:
+            nxt = _slot_over(plan, nxt, started, finished, attempt)
+        elif attempt or plan.backlog:
             _end_slot(plan)
-        if extra and plan.extras:  # extra runs asked for while this one ran go first
-            nxt = _take_extras(plan, nxt)
         if nxt is None:
             self._finish(task, DONE if error is None else FAILED)
         elif extra or plan.paused:
@@ -1288,7 +1291,6 @@ def _new_run(task: Task, plan: Plan, queued: bool) -> Run:
     run.replaced = False
     own = Plan(None, plan.max_retries, plan.retry, None, plan.priority)
     own.retry_on = plan.retry_on
-    own.nominal = plan.nominal
     own.extra = True  # complete() tells a run by it, then by its class
     if plan.skipped:  # reported on this run
         own.skipped, own.skips, plan.skipped, plan.skips = plan.skipped, plan.skips, 0, None
@@ -1299,7 +1301,8 @@ def _new_run(task: Task, plan: Plan, queued: bool) -> Run:
     for_run = getattr(task.action, "for_run", None)
     run.action = task.action if for_run is None else for_run(own)
     run.plan = own
-    run.entry = (task.entry[0], -1, task.entry[2])
+    slot = task.entry[0] if plan.nominal is None else plan.nominal  # not its jittered start
+    run.entry = (slot, -1, task.entry[2])
     run.status = QUEUED if queued else RUNNING
     run.last = run.value = None
     return run
@@ -1393,16 +1396,27 @@ def _skipped_by(plan: Plan, skipped: int) -> Skips:
     return Skips(skips if skips else {"misfire": skipped})
 
 
-def _slot_over(plan: Plan) -> None:
-    """A slot's last run completed, under a task with scheduling controls: count it
-    toward ``max_runs`` (an extra run is not counted: it leaves the extras), and
-    apply the changes that waited for it (:meth:`Engine.update`)."""
+def _slot_over(
+    plan: Plan, nxt: Time | None, started: Time, finished: Time, attempt: int
+) -> Time | None:
+    """A slot's last run completed, under a task with scheduling controls: remember
+    when it was in flight (``Overlap.SKIP``), count it toward ``max_runs`` (an extra
+    run is not counted: it leaves the extras), apply the changes that waited for it
+    (:meth:`Engine.update`), end the slot; the next run: ``nxt``, or the first of the
+    extra runs asked for while this one ran."""
+    if plan.overlap_skip and finished > started:
+        _busy(plan, started, finished)
     if plan.extra_runs:
         plan.extra_runs -= 1
     elif plan.max_runs is not None:
         plan.runs += 1
     if plan.pending:
         _apply(plan, plan.pending)
+    if attempt or plan.backlog:
+        _end_slot(plan)
+    if plan.extras:  # extra runs asked for while this one ran go first
+        nxt = _take_extras(plan, nxt)
+    return nxt
 
 
 def _take_extras(plan: Plan, nxt: Time | None) -> Time | None:

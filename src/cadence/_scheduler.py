@@ -1139,8 +1139,7 @@ class Scheduler:
         (the asyncio runner awaits it); otherwise the awaitable is closed and
         the run fails with ``TypeError``: a plain driver cannot await it.
         """
-        plan = task.plan  # run_at(task), inlined: the hot path of every run
-        at = task.entry[0] if plan is None or plan.nominal is None else plan.nominal
+        at = task.entry[0]  # a claimed run's entry is its slot (or retry time), unjittered
         if self._listeners:
             self._emit(Event(EventKind.RUN_STARTED, task.entry[2], at))
         try:
