@@ -1,0 +1,196 @@
+"""Hand-off: publishes per second to Redis for each queue, beside its own client.
+
+For each target (Celery, RQ, Dramatiq, arq), on a throwaway Redis:
+
+* **floor**: the queue's own client publishing ``N`` messages in a plain loop
+  (what cadence's publish calls, with a fresh key each: ``cadence.handoff``'s
+  per-target function, no scheduler);
+* **one node**: ``N`` slots due at once (10 tasks of ``N / 10`` past slots each)
+  on a SQLite store, drained by one ``Runner``: publishes per second, and the
+  hand-off lag (slot's run start minus the time the drain began: how long the last
+  slot waited), p50 and p99, from the outcomes;
+* **three nodes** (with ``$CADENCE_PG_DSN``: run it under
+  ``tests/postgres_server.py``): the same slots on PostgreSQL, drained by three
+  node processes.
+
+Celery beat itself is not measured: it publishes one message per due entry from
+its own loop and has no way to be given thousands of due slots at once.
+
+Usage: ``python tests/postgres_server.py -- python bench/handoff.py`` (a minute or
+two); writes ``bench/results/handoff.md`` and ``handoff.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from harness import machine
+
+from cadence import FixedRate, RunContext, Runner, handoff
+from cadence.durable import DurableScheduler
+from cadence.store import SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[1]
+N = int(os.environ.get("HANDOFF_N", "2000"))  # a smaller N for a quick look
+NAMES = {"celery": "bench.report", "rq": "bench.report", "dramatiq": "bench_report",
+         "arq": "bench_report"}  # fmt: skip
+
+
+def redis() -> tuple[subprocess.Popen[bytes], str, Path]:
+    """A redis-server on a free port, its directory; the URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    where = Path(tempfile.mkdtemp(prefix="bench-redis-"))
+    binary = shutil.which("redis-server")
+    assert binary, "needs Debian's redis-server"
+    proc = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(where), "--save", "",
+         "--appendonly", "no"], stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return proc, f"redis://127.0.0.1:{port}/0", where
+
+
+def floor(target: str) -> float:
+    """Messages per second of the target's own publish in a loop, fresh keys."""
+    call = handoff.message(target, NAMES[target], broker="bench")
+    handoff.publish(**call, run=RunContext("warm", 0.0, 0.0, 0))
+    began = time.perf_counter()
+    for k in range(N):
+        handoff.publish(**call, run=RunContext(f"floor-{uuid.uuid4().hex}", k, k, 0))
+    return N / (time.perf_counter() - began)
+
+
+def drain(sched: DurableScheduler, target: str, start: float) -> None:
+    """Schedule N past slots (10 tasks), all due now."""
+    per = N // 10
+    for i in range(10):
+        sched.schedule(f"{target}{i}", FixedRate(1, start=start), handoff.publish,
+                       kwargs=handoff.message(target, NAMES[target], broker="bench"),
+                       end=start + per - 1)  # fmt: skip
+
+
+def figures(sched: DurableScheduler, target: str, began: float, took: float) -> dict[str, Any]:
+    outcomes = [o for i in range(10) for o in sched.history(f"{target}{i}", N)]
+    ok = [o for o in outcomes if o.result == "ok"]
+    waits = sorted(float(o.started or 0) - began for o in ok)
+    p50, p99 = waits[len(waits) // 2], waits[int(len(waits) * 0.99) - 1]
+    return {"published": len(ok), "per_s": len(ok) / took, "lag_p50": p50, "lag_p99": p99}
+
+
+def one_node(target: str, where: Path) -> dict[str, Any]:
+    sched = DurableScheduler(SQLiteStore(where / f"{target}.db"))
+    start = float(int(time.time()) - N)
+    drain(sched, target, start)
+    ids = [f"{target}{i}" for i in range(10)]
+    began = time.time()
+    with Runner(sched):
+        while not all(sched.status(i) == "done" for i in ids):
+            time.sleep(0.01)
+    took = time.time() - began
+    result = figures(sched, target, began, took)
+    sched.store.close()
+    return result
+
+
+def three_nodes(target: str, url: str) -> dict[str, Any] | None:
+    dsn = os.environ.get("CADENCE_PG_DSN")
+    if not dsn:
+        return None
+    from cadence.store import PostgresStore
+
+    prefix = f"b{uuid.uuid4().hex[:8]}_"
+    sched = DurableScheduler(PostgresStore(dsn, prefix=prefix))
+    ids = [f"{target}{i}" for i in range(10)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CADENCE_BROKER_BENCH": url, "LEASE": "5"}
+    ready = [Path(tempfile.mkdtemp()) / "ready" for _ in range(3)]
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.durable.worker", f"pg:{prefix}"],
+            cwd=ROOT,
+            env={**env, "READY_FILE": str(mark)},
+            stderr=subprocess.DEVNULL,
+        )
+        for mark in ready
+    ]
+    try:
+        while not all(mark.exists() for mark in ready):  # timed from the slots, not start-up
+            time.sleep(0.05)
+        began = time.time()
+        drain(sched, target, float(int(began) - N))
+        while not all(sched.status(i) == "done" for i in ids):
+            time.sleep(0.01)
+        took = time.time() - began
+    finally:
+        for node in nodes:
+            node.terminate()
+            node.wait(30)
+    result = figures(sched, target, began, took)
+    sched.store.close()
+    return result
+
+
+def main() -> None:
+    proc, url, where = redis()
+    handoff.register_broker("bench", url)
+    results: dict[str, Any] = {"n": N}
+    try:
+        for target in handoff.TARGETS:
+            got = {"floor_per_s": floor(target), "one_node": one_node(target, where),
+                   "three_nodes": three_nodes(target, url)}  # fmt: skip
+            results[target] = got
+            print(target, got, file=sys.stderr)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(where, ignore_errors=True)
+    out = ROOT / "bench" / "results"
+    (out / "handoff.json").write_text(json.dumps(results, indent=1) + "\n")
+    lines = [
+        "Command: `python tests/postgres_server.py -- python bench/handoff.py`",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"{N} slots due at once (10 tasks), each published to a local Redis. Floor: the "
+        "queue's own client publishing in a loop. Lag: from the start of the drain to each "
+        "slot's publish (the last slot's is the whole drain).",
+        "",
+        "| target | floor msg/s | 1 node (SQLite) msg/s | x floor | lag p50 / p99 s | "
+        "3 nodes (PostgreSQL) msg/s | x floor | lag p50 / p99 s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for target in handoff.TARGETS:
+        got = results[target]
+        one, three, base = got["one_node"], got["three_nodes"], got["floor_per_s"]
+        row = (
+            f"| {target} | {base:.0f} | {one['per_s']:.0f} | {one['per_s'] / base:.2f} | "
+            f"{one['lag_p50']:.2f} / {one['lag_p99']:.2f} | "
+        )
+        row += (
+            "n/a | | |"
+            if three is None
+            else f"{three['per_s']:.0f} | {three['per_s'] / base:.2f} | "
+            f"{three['lag_p50']:.2f} / {three['lag_p99']:.2f} |"
+        )
+        lines.append(row)
+    (out / "handoff.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
