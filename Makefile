@@ -21,6 +21,8 @@ demo: $(STAMP)
 	@echo
 	$(BIN)/python examples/cli_demo.py
 	@echo
+	$(BIN)/python examples/handoff_demo.py
+	@echo
 	$(BIN)/python examples/web_demo.py
 
 # A demo node with its dashboard, left running until Ctrl-C: open the URL it prints.

@@ -76,3 +76,17 @@ def test_an_enqueue_job_stores_its_brokers_name_only(tmp_path: Path) -> None:
     assert job.kwargs == {"target": "celery", "name": "proj.report", "broker": "q",
                           "queue": "reports", "args": [], "kwargs": {"day": "mon"}}  # fmt: skip
     assert "s3cret" not in repr(job.options())
+
+
+def test_the_handoff_demo_publishes_and_runs_every_slot_once(redis_url: str) -> None:
+    """``examples/handoff_demo.py`` (``make demo``): its own Redis, node and worker."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "handoff_demo.py")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "every slot once" in done.stdout
