@@ -6,7 +6,7 @@ import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -43,12 +43,17 @@ def pg_dsn() -> str:
     elsewhere, saying how to get one.
     """
     dsn = os.environ.get("CADENCE_PG_DSN")
-    if dsn:
-        return dsn
-    message = (
-        "no PostgreSQL: run the suite through `make test` (it starts a throwaway server), "
-        "or set CADENCE_PG_DSN"
-    )
+    if not dsn:
+        unavailable(
+            "no PostgreSQL: run the suite through `make test` (it starts a throwaway server), "
+            "or set CADENCE_PG_DSN"
+        )
+    return dsn
+
+
+def unavailable(message: str) -> NoReturn:
+    """A server or program the test needs is missing: a failure in CI (``make test``
+    provides it there), a skip elsewhere, saying how to get it."""
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

@@ -66,29 +66,26 @@ def binaries() -> Path | None:
 
 def chromium() -> str | None:
     """Debian's Chromium, installing it if need be (a browser for the dashboard's tests)."""
-    found = shutil.which("chromium")
-    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        print("postgres_server: installing Debian's chromium package", file=sys.stderr)
-        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]
-        if subprocess.run(install, env=env, check=False).returncode != 0:  # stale lists
-            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-            subprocess.run(install, check=True, env=env)
-        found = shutil.which("chromium")
-    return found
+    return _debian("chromium", "chromium")
 
 
 def redis_binary() -> str | None:
     """Debian's redis-server, installing it if need be (a broker for the hand-off tests)."""
-    found = shutil.which("redis-server")
+    return _debian("redis-server", "redis-server")
+
+
+def _debian(package: str, program: str) -> str | None:
+    """``program`` on the PATH, after installing Debian's ``package`` when it is missing
+    and this runs as root with ``apt-get`` (a fresh CI machine)."""
+    found = shutil.which(program)
     if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        print("postgres_server: installing Debian's redis-server package", file=sys.stderr)
-        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "redis-server"]
+        print(f"postgres_server: installing Debian's {package} package", file=sys.stderr)
+        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package]
         if subprocess.run(install, env=env, check=False).returncode != 0:  # stale lists
             subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
             subprocess.run(install, check=True, env=env)
-        found = shutil.which("redis-server")
+        found = shutil.which(program)
     return found
 
 
