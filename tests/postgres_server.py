@@ -89,6 +89,19 @@ def _debian(package: str, program: str) -> str | None:
     return found
 
 
+def listening(port: int, what: str) -> None:
+    """Wait (30 s at most) until something accepts connections on loopback ``port``;
+    ``RuntimeError`` naming ``what`` if nothing does."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not start")
+
+
 class Redis:
     """A redis-server on loopback at a free port, in a temporary directory, no persistence."""
 
@@ -105,14 +118,7 @@ class Redis:
              str(self.dir), "--save", "", "--appendonly", "no", "--protected-mode", "no"],
             stdout=subprocess.DEVNULL, cwd=self.dir,
         )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
+        listening(self.port, "redis-server")
 
     def stop(self) -> None:
         try:
@@ -164,14 +170,7 @@ class Server:
         )
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
                   str(self.dir / "server.log"), "-w", "start")  # fmt: skip
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("PostgreSQL did not start")
+        listening(self.port, "PostgreSQL")
 
     def stop(self) -> None:
         try:
