@@ -245,8 +245,11 @@ def _dramatiq(
     from dramatiq import Message
     from dramatiq.brokers.redis import RedisBroker
 
-    def connect() -> Any:
-        return RedisBroker(url=url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)  # type: ignore[no-untyped-call]
+    def connect() -> Any:  # its own client: RedisBroker(url=...) drops socket timeouts
+        from redis import Redis
+
+        client = Redis.from_url(url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
+        return RedisBroker(client=client)  # type: ignore[no-untyped-call]
 
     broker = _client("dramatiq", url, connect)
     queue_name = queue or "default"

@@ -13,7 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from cadence import Backoff, FixedRate, ManualClock, Once, Result, Runner, Scheduler, handoff
+from cadence import (
+    Backoff,
+    FixedRate,
+    ManualClock,
+    Once,
+    Result,
+    Runner,
+    RunOutcome,
+    Scheduler,
+    handoff,
+)  # fmt: skip
 from cadence.durable import DurableScheduler
 from cadence.store import SQLiteStore
 from tests.conftest import unavailable
@@ -149,10 +159,15 @@ def test_a_broker_that_never_answers_fails_the_publish_within_the_bound(
         max_retries=1,
         kwargs=handoff.message(target, NAMES[target], broker=f"silent-{target}"),
     )
+    got: list[RunOutcome] = []
     try:
         began = time.monotonic()
-        (outcome,) = sched.tick(0)
+        ticking = threading.Thread(target=lambda: got.extend(sched.tick(0)), daemon=True)
+        ticking.start()
+        ticking.join(30)  # bounded even if the publish were not
         took = time.monotonic() - began
+        assert not ticking.is_alive(), f"the publish to a silent broker hung ({target})"
+        (outcome,) = got
     finally:
         stop.set()
         thread.join(5)
