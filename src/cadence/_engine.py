@@ -337,14 +337,16 @@ class Engine:
         task = self._tasks.get(task_id)
         if task is None or self.is_paused(task_id):
             return False
-        if task.plan is not None and task.plan.concurrent:
-            task.plan.paused = True
-            self._sync(task, task.plan)
+        plan = _plan_of(task)
+        plan.extra = True  # a paused task's completion parks its next run
+        if plan.concurrent:
+            plan.paused = True
+            self._sync(task, plan)
             return True
         if task.status is SCHEDULED:  # park it: the queued entry goes stale
             task.entry = (task.entry[0], -1, task.entry[2])
             self._queue.discard()  # after the entry changed: a compaction must see it stale
-        _plan_of(task).paused = True
+        plan.paused = True
         return True
 
     def resume(self, task_id: Hashable) -> bool:
@@ -359,6 +361,7 @@ class Engine:
         plan = task.plan
         parked = task.parked
         plan.paused = False
+        plan.extra = plan.uses_controls()
         if plan.concurrent:
             self._sync(task, plan)
             return True
@@ -541,21 +544,12 @@ class Engine:
             if task is None:
                 return None
             plan = task.plan
-            if plan is None or (plan.misfire is None and not plan.extra):  # the hot path
+            if plan is None or not plan.extra:  # the hot path
                 move(task, QUEUED if queued else RUNNING)
                 return task
-            if plan.extra:  # the scheduling controls
-                found = self._claim_controlled(task, plan, now, queued)
-                if found is not None:
-                    return found
-            elif (
-                plan.backlog
-                or plan.attempt  # a retry: its slot was already decided on
-                or task.entry[0] >= now
-                or self._misfire(task, plan, now)
-            ):
-                move(task, QUEUED if queued else RUNNING)
-                return task
+            found = self._claim_controlled(task, plan, now, queued)  # misfire and the rest
+            if found is not None:
+                return found
             if not self._follow:
                 return None
 
@@ -859,7 +853,7 @@ class Engine:
             _end_slot(plan)
         if nxt is None:
             self._finish(task, DONE if error is None else FAILED)
-        elif extra or plan.paused:
+        elif extra:  # (a paused task is one: its next run is parked)
             move(task, SCHEDULED)
             self._push_slot(task, plan, nxt)  # parks it if paused
         else:  # the recurring hot path: _requeue, inlined

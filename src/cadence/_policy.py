@@ -140,9 +140,9 @@ class Plan:
         self.first_at: Time = 0  # the time of the current slot's first run, while it retries
         self.retry_on: RetryOn | None = None  # None: every Exception is retried
         self.schedule: object = None  # what the task was scheduled with, for info()
-        # The scheduling controls (docs/policies.md); a task that uses none has
-        # extra False, and the hot paths look no further than that flag.
-        self.extra = False
+        # The scheduling controls (docs/policies.md), a misfire policy and pause; a task
+        # that uses none has extra False, and the hot paths look no further than that.
+        self.extra = misfire is not None
         self.overlap_skip = False  # Overlap.SKIP: slots due during a run are skipped
         self.deadline: Time | None = None  # a first attempt later than this is skipped
         self.jitter: Time | None = None  # each slot starts up to this much after it
@@ -169,9 +169,12 @@ class Plan:
         self.windows: deque[tuple[Time, Time]] | None = None  # Overlap.SKIP: runs' spans
 
     def uses_controls(self) -> bool:
-        """Whether any scheduling control is set (what :attr:`extra` caches). O(1)."""
+        """Whether any scheduling control is set, or a misfire policy, or a pause (what
+        :attr:`extra` caches). O(1)."""
         return bool(
-            self.overlap_skip
+            self.misfire is not None
+            or self.paused
+            or self.overlap_skip
             or self.deadline is not None
             or self.jitter
             or self.end is not None

@@ -77,6 +77,8 @@ def restore(row: TaskRow, action: Action, status: Status | None = None) -> Held:
     plan.first_at = state["first_at"]
     if CONTROLS.intersection(spec) or CONTROL_STATE.intersection(state):
         _controls(plan, spec, state)
+    elif row.paused:
+        plan.extra = True  # (a misfire policy sets it when the plan is made)
     task = Held.__new__(Held)
     task.action = action
     task.status = Status(status or row.status)
