@@ -58,7 +58,7 @@ def test_three_nodes_hand_each_of_2000_slots_to_a_real_worker_once(
             for _ in range(3)
         ]
         try:
-            wait_until(lambda: all(sched.status(f"job{i:02}") == "done" for i in range(20)), 120)
+            wait_until(lambda: all(sched.status(f"job{i:02}") == "done" for i in range(20)), 300)
         finally:
             for node in nodes:
                 node.terminate()
@@ -78,7 +78,7 @@ def test_three_nodes_hand_each_of_2000_slots_to_a_real_worker_once(
     keys = {f"{task}@{slot!r}" for task, slot in recorded}
     worker = Worker(target, redis_url, tmp_path / "runs.db")
     try:
-        ran = worker.settle(2000 if DEDUPES[target] else 2003, timeout=120)
+        ran = worker.settle(2000 if DEDUPES[target] else 2003, timeout=300)
         if DEDUPES[target]:
             time.sleep(1)  # a second message, had the queue taken one, would have run
             ran = worker.keys()
