@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cadence import ManualClock, Result, Runner, Scheduler, Status
+from cadence import ManualClock, Result, Runner, RunOutcome, Scheduler, Status
 from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0
@@ -241,6 +241,28 @@ def test_fixed_rate_task_never_overlaps_itself_and_catches_up_in_order(
         got = seen.wait_for(4)
     assert [o.at for o in got[:4]] == [1000, 1010, 1020, 1030]
     assert overlaps == []
+
+
+def test_a_tasks_outcomes_are_reported_in_slot_order_under_a_pool(
+    sched: Scheduler, clock: ManualClock, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    # The run a completion queues is the task's next: were the dispatcher woken
+    # before the report, another worker could run and report it first.
+    seen = Collector()
+    other = threading.Event()
+
+    def report(outcome: RunOutcome) -> None:
+        if outcome.at == 1000:
+            other.wait(0.5)  # a slow on_outcome, waiting (bounded) for a report that must not come
+        else:
+            other.set()
+        seen(outcome)
+
+    with Runner(sched, executor=pool, on_outcome=report):
+        sched.schedule_at_fixed_rate("r", 0, 10, lambda at: None)
+        clock.advance(25)  # 1010 and 1020 are due by the time 1000 ends
+        got = seen.wait_for(3)
+    assert [o.at for o in got[:3]] == [1000, 1010, 1020]
 
 
 def test_an_executor_that_refuses_work_fails_the_run_visibly(

@@ -24,10 +24,11 @@ Rules every driver keeps (``docs/design.md`` has the full table):
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from . import _validate
@@ -53,6 +54,62 @@ long enough not to spin or flood the log, short enough to recover promptly."""
 def is_fatal(error: BaseException | None) -> bool:
     """True for an error that stops a runner: see the module docstring. O(1)."""
     return error is not None and fatal(error) and not isinstance(error, asyncio.CancelledError)
+
+
+class Turns:
+    """Reports of one task's runs made in the order the runs ended, on any threads.
+
+    A run takes its turn (:meth:`take`) before its completion is decided, so
+    the run that completion queues (often the task's next) takes a later
+    one, and its report waits for this one even when another worker finishes
+    it first. A report is made (:meth:`make`) by the thread whose turn is
+    first in its task's line; the reports that queued behind it meanwhile are
+    made by that thread too, in order. Every turn taken must be made, or
+    its task's later reports wait forever. O(1) per turn.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lines: dict[Hashable, collections.deque[list[Callable[[], None] | None]]] = {}
+
+    def take(self, key: Hashable) -> list[Callable[[], None] | None]:
+        """Queue a turn for ``key``'s next report; the token to :meth:`make` it with."""
+        turn: list[Callable[[], None] | None] = [None]
+        with self._lock:
+            line = self._lines.get(key)
+            if line is None:
+                line = self._lines[key] = collections.deque()
+            line.append(turn)
+        return turn
+
+    def make(
+        self, key: Hashable, turn: list[Callable[[], None] | None], report: Callable[[], None]
+    ) -> None:
+        """Make ``turn``'s ``report`` now if its turn has come, else leave it to the
+        thread making the report before it. What a report raises is raised once the
+        reports queued behind it are made."""
+        with self._lock:
+            turn[0] = report
+            line = self._lines[key]
+            if line[0] is not turn:
+                return
+        error: BaseException | None = None
+        while True:
+            try:
+                report()
+            except BaseException as exc:  # the later reports are still made
+                error = error or exc
+            with self._lock:
+                line.popleft()
+                if not line:
+                    del self._lines[key]
+                    break
+                after = line[0][0]
+                if after is None:  # its run has not ended yet: its thread makes it
+                    break
+                report = after
+        if error is not None:
+            raise error
 
 
 class Driver:
@@ -103,6 +160,7 @@ class Driver:
         self._fatal: BaseException | None = None
         self._last_now: Time = 0
         self._clock_failed = False
+        self._turns = Turns()
 
     # -- the clock -------------------------------------------------------
 
@@ -293,8 +351,13 @@ class Driver:
         except BaseException as exc:  # a clock raising a fatal error: that is the run's end
             error, finished = exc, started
         reported = False
+        key = task.task_id
+        turn = self._turns.take(key)  # before the completion queues the task's next run
 
         def report(outcome: RunOutcome) -> None:
+            self._turns.make(key, turn, lambda: reporting(outcome))
+
+        def reporting(outcome: RunOutcome) -> None:
             # Reporting is part of the run, on whichever thread it happens (a durable
             # scheduler reports from its committer thread): a stop() from on_outcome
             # there must not wait for the report it is in.
@@ -315,7 +378,7 @@ class Driver:
             self._scheduler._complete_later(task, error, started, finished, then, linger=linger)
         except BaseException:
             if not reported:
-                self._finished(was_running=True)
+                self._turns.make(key, turn, lambda: self._finished(was_running=True))
             raise
 
     def _deliver(self, report: Callable[[RunOutcome], None], outcome: RunOutcome) -> None:

@@ -52,8 +52,10 @@ class Runner(Driver):
 
     ``on_outcome(outcome)`` is called once per run, outside every lock, on the
     thread that ran it (on a durable scheduler with group commit: on its
-    committer thread, once the completion is committed); an exception from
-    it is logged and changes nothing.
+    committer thread, once the completion is committed), one task's in the
+    order its runs ended (a report whose task's previous one is still being
+    made waits, and is made by that thread next); an exception from it is
+    logged and changes nothing.
     Failed runs are logged with their traceback at WARNING (logger
     ``cadence``), retried ones at INFO. Every outcome's ``started`` is the
     clock's reading when the action started; :meth:`stats` gives lag
