@@ -13,8 +13,11 @@ For each target (Celery, RQ, Dramatiq, arq), on a throwaway Redis:
   ``tests/postgres_server.py``): the same slots on PostgreSQL, drained by three
   node processes.
 
-Celery beat itself is not measured: it publishes one message per due entry from
-its own loop and has no way to be given thousands of due slots at once.
+* **Celery beat** (the peer cadence replaces), driven in-process: its own
+  ``celery.beat.Scheduler`` with ``N`` entries, each due now (beat runs a
+  missed entry once, not each slot it missed, so ``N`` due slots are ``N``
+  entries), ticked in a loop as ``celery beat`` does, without its sleeps:
+  publishes per second and the same lag, from its ``apply_entry``.
 
 Usage: ``python tests/postgres_server.py -- python bench/handoff.py`` (a minute or
 two); writes ``bench/results/handoff.md`` and ``handoff.json``.
@@ -75,6 +78,39 @@ def floor(target: str) -> float:
     for k in range(N):
         handoff.publish(**call, run=RunContext(f"floor-{uuid.uuid4().hex}", k, k, 0))
     return N / (time.perf_counter() - began)
+
+
+def celery_beat(url: str) -> dict[str, Any]:
+    """Celery beat's own scheduler publishing ``N`` due entries, ticked in a loop."""
+    from datetime import timedelta
+
+    from celery import Celery  # type: ignore[import-untyped]
+    from celery.beat import ScheduleEntry, Scheduler  # type: ignore[import-untyped]
+
+    app = Celery("bench", broker=url)
+    app.conf.beat_schedule = {
+        f"beat{i}": {"task": NAMES["celery"], "schedule": timedelta(hours=1)} for i in range(N)
+    }
+    beat = Scheduler(app=app, lazy=True)
+    beat.setup_schedule()
+    past = app.now() - timedelta(hours=2)
+    for entry in beat.schedule.values():
+        entry.last_run_at = past  # due now
+    published: list[float] = []
+    apply = beat.apply_entry
+
+    def counted(entry: ScheduleEntry, producer: Any = None) -> None:
+        apply(entry, producer=producer)
+        published.append(time.time())
+
+    beat.apply_entry = counted
+    began = time.time()
+    while len(published) < N:
+        beat.tick()
+    took = time.time() - began
+    waits = sorted(t - began for t in published)
+    return {"published": N, "per_s": N / took, "lag_p50": waits[N // 2],
+            "lag_p99": waits[int(N * 0.99) - 1]}  # fmt: skip
 
 
 def drain(sched: DurableScheduler, target: str, start: float) -> None:
@@ -156,6 +192,8 @@ def main() -> None:
                    "three_nodes": three_nodes(target, url)}  # fmt: skip
             results[target] = got
             print(target, got, file=sys.stderr)
+        results["celery_beat"] = celery_beat(url)
+        print("celery beat", results["celery_beat"], file=sys.stderr)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -189,6 +227,12 @@ def main() -> None:
             f"{three['lag_p50']:.2f} / {three['lag_p99']:.2f} |"
         )
         lines.append(row)
+    beat, base = results["celery_beat"], results["celery"]["floor_per_s"]
+    lines.append(
+        f"| Celery beat ({N} entries due) | {base:.0f} | {beat['per_s']:.0f} | "
+        f"{beat['per_s'] / base:.2f} | {beat['lag_p50']:.2f} / {beat['lag_p99']:.2f} | "
+        "one beat only | | |"
+    )
     (out / "handoff.md").write_text("\n".join(lines) + "\n")
 
 
