@@ -29,10 +29,15 @@ The hand-off tests need Redis: Debian's ``redis-server`` (installed likewise whe
 missing) is started on 127.0.0.1 at a free port, in a temporary directory of its
 own, with no persistence, and ``CADENCE_REDIS_URL`` names it
 (``tests/handoff/conftest.py``); it is stopped at the end, as PostgreSQL is.
+Celery is also tested over RabbitMQ, its reference broker: as root, Debian's
+``rabbitmq-server`` is installed likewise and started on 127.0.0.1 (its port,
+distribution port and port mapper all loopback, boot in about 13 s, beside
+PostgreSQL's), and ``CADENCE_AMQP_URL`` names it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -89,10 +94,10 @@ def _debian(package: str, program: str) -> str | None:
     return found
 
 
-def listening(port: int, what: str) -> None:
-    """Wait (30 s at most) until something accepts connections on loopback ``port``;
-    ``RuntimeError`` naming ``what`` if nothing does."""
-    deadline = time.monotonic() + 30
+def listening(port: int, what: str, timeout: float = 30) -> None:
+    """Wait (``timeout`` s at most) until something accepts connections on loopback
+    ``port``; ``RuntimeError`` naming ``what`` if nothing does."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -127,6 +132,73 @@ class Redis:
                 self.proc.wait(30)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RabbitMQ:
+    """A RabbitMQ broker on loopback at a free port, in a temporary directory: its
+    node name, Erlang distribution port and port mapper are this run's own, on
+    127.0.0.1 too. Started without waiting (:meth:`ready` waits), since it takes
+    seconds to boot and PostgreSQL can start meanwhile."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.dir = Path(tempfile.mkdtemp(prefix="cadence-rabbitmq-"))
+        shutil.chown(self.dir, "rabbitmq", "rabbitmq")  # the server drops to that user
+        self.port, self.epmd = free_port(), free_port()
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}//"
+        self.env = {
+            **os.environ, "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port), "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_NODENAME": f"cadence{self.port}@localhost",
+            "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.dir / "log"), "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(self.epmd),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        }  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary], env=self.env, cwd=self.dir, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+
+    def ready(self) -> None:
+        listening(self.port, "rabbitmq-server", timeout=120)
+
+    def stop(self) -> None:
+        """Stop the broker's VM and its port mapper, which leave the wrapper's session
+        (the server drops to its user, the mapper daemonizes): found by the port
+        mapper's port in their environment, which only this run's processes have."""
+        try:
+            mark = f"ERL_EPMD_PORT={self.epmd}".encode()
+            for pid in _processes_with(mark):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while _processes_with(mark) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            for pid in _processes_with(mark):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if self.proc is not None:
+                self.proc.wait(30)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _processes_with(variable: bytes) -> list[int]:
+    """The pids of processes whose environment has ``variable`` (``NAME=value``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:  # gone meanwhile
+                continue
+            if variable in environ:
+                found.append(int(entry.name))
+    return found
 
 
 def _version(path: str) -> int:
@@ -195,29 +267,49 @@ def main(argv: list[str]) -> int:
         env["CADENCE_CHROMIUM"] = browser
     for signum in (signal.SIGTERM, signal.SIGHUP):  # stopped from outside: still clean up
         signal.signal(signum, _exit)
+    rabbitmq = None
+    if (
+        "CADENCE_AMQP_URL" not in env
+        and os.geteuid() == 0  # the server runs as a user of its own
+        and (binary := _debian("rabbitmq-server", "rabbitmq-server")) is not None
+    ):
+        rabbitmq = RabbitMQ(binary)
+        rabbitmq.start()
+        env["CADENCE_AMQP_URL"] = rabbitmq.url
     redis = None
-    if "CADENCE_REDIS_URL" not in env and (binary := redis_binary()) is not None:
-        redis = Redis(binary)
-        redis.start()
-        env["CADENCE_REDIS_URL"] = redis.url
     try:
-        return _with_postgres(command, env, durable)
+        if "CADENCE_REDIS_URL" not in env and (binary := redis_binary()) is not None:
+            redis = Redis(binary)
+            redis.start()
+            env["CADENCE_REDIS_URL"] = redis.url
+        return _with_postgres(command, env, durable, rabbitmq)
     finally:
         if redis is not None:
             redis.stop()
+        if rabbitmq is not None:
+            rabbitmq.stop()
 
 
-def _with_postgres(command: list[str], env: dict[str, str], durable: bool) -> int:
-    """Run ``command`` beside a PostgreSQL server (one given in ``env``, or ours)."""
+def _with_postgres(
+    command: list[str], env: dict[str, str], durable: bool, rabbitmq: RabbitMQ | None
+) -> int:
+    """Run ``command`` beside a PostgreSQL server (one given in ``env``, or ours), once
+    ``rabbitmq`` (if any) is ready."""
     if "CADENCE_PG_DSN" in env:  # a server given from outside: use it
+        if rabbitmq is not None:
+            rabbitmq.ready()
         return subprocess.call(command, env=env)
     bindir = binaries()
     if bindir is None:
         print("postgres_server: no PostgreSQL here; its tests will skip", file=sys.stderr)
+        if rabbitmq is not None:
+            rabbitmq.ready()
         return subprocess.call(command, env=env)
     server = Server(bindir, durable=durable)
     server.start()
     try:
+        if rabbitmq is not None:
+            rabbitmq.ready()
         env["CADENCE_PG_DSN"] = server.dsn
         env["CADENCE_PG_BIN"] = str(bindir)
         env["CADENCE_PG_DATA"] = str(server.data)

@@ -35,6 +35,19 @@ def redis_url() -> Iterator[str]:
     redis.Redis.from_url(url).flushdb()
 
 
+@pytest.fixture
+def amqp_url() -> str:
+    """The RabbitMQ ``make test`` starts (``tests/postgres_server.py``, as root).
+    Missing: a failure in CI, a skip elsewhere, saying how to get one."""
+    url = os.environ.get("CADENCE_AMQP_URL")
+    if not url:
+        unavailable(
+            "no RabbitMQ: run the suite through `make test` as root (it starts a "
+            "throwaway rabbitmq-server), or set CADENCE_AMQP_URL"
+        )
+    return url
+
+
 WORKERS = {
     "celery": ["celery", "-A", "tests.handoff.apps", "worker", "--pool=solo", "-l", "warning",
                "--without-heartbeat", "--without-mingle", "--without-gossip"],
@@ -48,9 +61,12 @@ WORKERS = {
 class Worker:
     """One real worker of a queue, consuming from the test's Redis."""
 
-    def __init__(self, target: str, url: str, db: Path) -> None:
+    def __init__(self, target: str, url: str, db: Path, *, broker: str | None = None) -> None:
+        """``broker``: a Celery worker's broker other than the Redis (``celery -b``)."""
         self.db = db
         argv = [str(BIN / WORKERS[target][0]), *(a.format(url=url) for a in WORKERS[target][1:])]
+        if broker is not None:
+            argv[1:1] = ["-b", broker]
         env = {**os.environ, "CADENCE_REDIS_URL": url, "HANDOFF_DB": str(db),
                "PYTHONPATH": str(ROOT)}  # fmt: skip
         self.log = db.with_suffix(f".{target}.log")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cadence import FixedRate, ManualClock, Result, RunContext, Scheduler, handoff
+from cadence import FixedRate, ManualClock, Result, RunContext, Runner, Scheduler, handoff
 from cadence.durable import DurableScheduler
 from cadence.store import SQLiteStore
 from tests.handoff.conftest import ROOT, Worker
@@ -107,6 +107,38 @@ def run_three_nodes_killing_one(sched: DurableScheduler, prefix: str, redis_url:
         for node in nodes:
             node.wait(30)
     return nodes[0].pid
+
+
+def test_celery_over_rabbitmq_gets_each_slot_once_with_its_key(
+    amqp_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Celery's reference broker: 200 slots (4 tasks of 50, all past) handed off by a
+    node on SQLite reach a real Celery worker consuming from RabbitMQ, each once,
+    under its key; the broker's password is in no outcome."""
+    handoff.register_broker("rabbit", amqp_url)
+    sched = DurableScheduler(SQLiteStore(tmp_path / "rabbit.db"))
+    start = float(int(time.time()) - 50 * 60)
+    call = handoff.message("celery", NAMES["celery"], broker="rabbit", args=[7])
+    ids = [f"rabbit{i}" for i in range(4)]
+    try:
+        for task_id in ids:
+            sched.schedule(task_id, FixedRate(60, start=start), handoff.publish, kwargs=call,
+                           end=start + 49 * 60)  # fmt: skip
+        with Runner(sched):
+            wait_until(lambda: all(sched.status(i) == "done" for i in ids), 120)
+        history = [o for i in ids for o in sched.history(i, 100)]
+    finally:
+        sched.store.close()
+    assert [o.result for o in history] == [Result.OK] * 200
+    assert "guest:guest" not in repr(history)
+    worker = Worker("celery", redis_url, tmp_path / "runs.db", broker=amqp_url)
+    try:
+        worker.wait_for(200, timeout=120)
+        time.sleep(1)  # a second message of a key would have run
+        ran = worker.keys()
+    finally:
+        worker.stop()
+    assert ran == Counter({f"{o.task_id}@{o.slot!r}": 1 for o in history})
 
 
 def test_a_broker_that_cannot_be_reached_fails_the_run_and_hides_its_password(
