@@ -45,9 +45,10 @@ class AsyncRunner(Driver):
     failure. A plain action on a thread cannot be stopped: it runs to its end.
 
     ``on_outcome(outcome)`` is called on the loop's thread, once per run, one
-    task's in the order its runs ended (also for runs that ran on a worker, and on a durable scheduler, whose
-    completions are committed on a thread of their own, once committed); an
-    exception from it is logged and changes nothing. Failed runs are
+    task's in the order its runs ended (also for runs that ran on a worker,
+    and on a durable scheduler, whose completions are committed on a thread
+    of their own, once committed); an exception from it is logged and
+    changes nothing. Failed runs are
     logged at WARNING (logger ``cadence``). ``shutdown_timeout`` (real
     seconds) bounds how long exiting waits for runs in progress before
     cancelling the coroutines among them (a cancelled run is reported as
