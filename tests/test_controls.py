@@ -494,15 +494,17 @@ def test_runs_that_take_time_leave_every_slot_accounted_for(
         scheds[1].store.close()  # type: ignore[attr-defined]
 
 
-# -- several runs at once: Overlap.allow(n), Overlap.REPLACE (in memory) -------------
+# -- several runs at once: Overlap.allow(n), Overlap.REPLACE --------------------------
 
 
-def test_allow_n_runs_up_to_n_at_once_each_with_its_own_slot() -> None:
+def test_allow_n_runs_up_to_n_at_once_each_with_its_own_slot(make_sched: Make) -> None:
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     clock = ManualClock(0)
-    sched = Scheduler(clock=clock)
+    durable = make_sched.backend != "memory"  # type: ignore[attr-defined]
+    # (the clock jumps by more than a lease; the heartbeat renews by the monotonic clock)
+    sched = make_sched(clock=clock, **({"lease": 1000} if durable else {}))
     lock, release = threading.Lock(), threading.Event()
     now_running, most = [0], [0]
     started = threading.Semaphore(0)
@@ -534,12 +536,6 @@ def test_allow_n_runs_up_to_n_at_once_each_with_its_own_slot() -> None:
 
 
 def test_allow_n_retries_a_run_on_its_own(make_sched: Make) -> None:
-    if make_sched.backend != "memory":  # type: ignore[attr-defined]
-        with pytest.raises(ValueError, match="in-memory Scheduler for now"):
-            make_sched(clock=ManualClock(0)).schedule(
-                "t", FixedRate(10), nothing, overlap=Overlap.allow(2)
-            )
-        return
     sched = make_sched(clock=ManualClock(0))
     failed: set[Any] = set()
 
@@ -554,14 +550,14 @@ def test_allow_n_retries_a_run_on_its_own(make_sched: Make) -> None:
     assert [(o.at, o.attempt) for o in sched.tick(11)] == [(11, 1)]  # slot 10's retry
 
 
-def test_replace_stops_the_coroutine_in_flight_for_the_next_slot() -> None:
+def test_replace_stops_the_coroutine_in_flight_for_the_next_slot(make_sched: Make) -> None:
     import asyncio
 
     from cadence import AsyncRunner, RunCancelled
 
     async def main() -> list[RunOutcome]:
         clock = ManualClock(0)
-        sched = Scheduler(clock=clock)
+        sched = make_sched(clock=clock)
         seen = Collector()
         finalised: list[Any] = []
 
@@ -605,24 +601,52 @@ def test_replace_is_refused_where_the_run_cannot_be_stopped(tmp_path: Any) -> No
         Overlap.allow(0)
     durable = AutoRegistering(SQLiteStore(tmp_path / "r.db"), clock=ManualClock(0))
     try:
-
-        async def stoppable(at: Any) -> None:
-            """A coroutine."""
-
-        with pytest.raises(ValueError, match="in-memory Scheduler for now"):
-            durable.schedule("t", FixedRate(10), stoppable, overlap=Overlap.REPLACE)
+        with pytest.raises(ValueError, match="cannot be stopped: give an async def action"):
+            durable.schedule("t", FixedRate(10), nothing, overlap=Overlap.REPLACE)
+        assert durable.status("t") is None
     finally:
         durable.store.close()
     assert sched.status("t") is None
 
 
+def _drive_concurrent(
+    scheds: list[Any], limit: int, ops: list[tuple[str, int]]
+) -> list[RunOutcome]:
+    """Claim and end runs of task ``t`` on ``scheds`` as ``ops`` say, then drain; each
+    run ends on the node that claimed it. Checks the limit at every step."""
+    now, flying, outcomes = 0, [], []
+    for op, arg in ops:
+        if op == "wait":
+            now += arg
+        elif op == "claim":
+            node = scheds[arg % len(scheds)]
+            run = node._claim(now)
+            if run is not None:
+                flying.append((node, run))
+        elif flying:
+            node, run = flying.pop(arg % len(flying))
+            error = ValueError("no") if op == "fail" else None
+            outcomes.append(node._complete(run, error, now, now))
+        assert len(flying) <= limit
+    while True:  # drain
+        for node in scheds:
+            while (run := node._claim(now)) is not None:
+                flying.append((node, run))
+                assert len(flying) <= limit
+        if not flying:
+            return outcomes
+        node, run = flying.pop(0)
+        outcomes.append(node._complete(run, None, now, now))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     limit=st.integers(2, 4),
+    nodes=st.integers(0, 2),
     ops=st.lists(
         st.one_of(
             st.tuples(st.just("wait"), st.integers(1, 25)),
-            st.tuples(st.just("claim"), st.just(0)),
+            st.tuples(st.just("claim"), st.integers(0, 1)),
             st.tuples(st.just("end"), st.integers(0, 5)),
             st.tuples(st.just("fail"), st.integers(0, 5)),
         ),
@@ -630,31 +654,39 @@ def test_replace_is_refused_where_the_run_cannot_be_stopped(tmp_path: Any) -> No
     ),
 )
 def test_allow_n_never_exceeds_its_limit_and_accounts_for_every_slot(
-    limit: int, ops: list[tuple[str, int]]
+    tmp_path_factory: Any, limit: int, nodes: int, ops: list[tuple[str, int]]
 ) -> None:
-    """A stateful model: runs claimed and ended in any order. Never more than ``limit``
-    in flight; every slot's first attempt runs once; once everything ends, ran = due."""
-    sched = Scheduler(clock=ManualClock(0))
-    sched.schedule("t", FixedRate(10), nothing, overlap=Overlap.allow(limit), max_retries=1)
-    now, flying, outcomes = 0, [], []
-    for op, arg in ops:
-        if op == "wait":
-            now += arg
-        elif op == "claim":
-            run = sched._claim(now)
-            if run is not None:
-                flying.append(run)
-        elif flying:
-            run = flying.pop(arg % len(flying))
-            error = ValueError("no") if op == "fail" else None
-            outcomes.append(sched._complete(run, error, now, now))
-        assert len(flying) <= limit
-    while flying or ((head := sched.next_run_time()) is not None and head <= now):  # drain
-        while (run := sched._claim(now)) is not None:
-            flying.append(run)
-            assert len(flying) <= limit
-        if flying:
-            outcomes.append(sched._complete(flying.pop(0), None, now, now))
+    """A stateful model: runs claimed (by any node) and ended in any order. Never more
+    than ``limit`` in flight; every slot's first attempt runs once; once everything
+    ends, ran = due. ``nodes`` 0: in memory; else that many nodes on one SQLite file."""
+    if nodes:
+        path = tmp_path_factory.mktemp("allow") / "a.db"
+        clock = ManualClock(0)
+        scheds: list[Any] = [
+            AutoRegistering(SQLiteStore(path), clock=clock, lease=10**6) for _ in range(nodes)
+        ]
+        for node in scheds:
+            node.register("auto-0", nothing)
+    else:
+        scheds = [Scheduler(clock=ManualClock(0))]
+    try:
+        scheds[0].schedule(
+            "t", FixedRate(10), nothing, overlap=Overlap.allow(limit), max_retries=1
+        )
+        outcomes = _drive_concurrent(scheds, limit, ops)
+        if nodes == 1:  # one node decides every step as memory does
+            memory = Scheduler(clock=ManualClock(0))
+            memory.schedule(
+                "t", FixedRate(10), nothing, overlap=Overlap.allow(limit), max_retries=1
+            )
+            oracle = _drive_concurrent([memory], limit, ops)
+            assert [(o.at, o.result, o.attempt) for o in outcomes] == [
+                (o.at, o.result, o.attempt) for o in oracle
+            ]
+    finally:
+        for sched in scheds if nodes else ():
+            sched.store.close()
+    now = sum(arg for op, arg in ops if op == "wait")
     first = [o.at for o in outcomes if o.attempt == 0]
     assert len(first) == len(set(first))  # each slot's first attempt once
     slots = {o.at for o in outcomes if o.attempt == 0}

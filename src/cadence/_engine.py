@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Mapping
+from typing import Any
 
 from ._policy import Cursor, Plan, RetryPolicy, jitter_offset
 from ._queue import Entry, RunQueue
@@ -711,6 +712,9 @@ class Engine:
         if alive:
             task.last = outcome
             self._landed(run, error is not None)
+        elif task.plan is not None and task.plan.flying and run in task.plan.flying:
+            task.plan.flying.remove(run)  # (a store keeps the runs of a finished task
+            task.plan.inflight -= 1  # until each has ended: then its lease is let go)
         return outcome
 
     def _landed(self, run: Run, failed: bool) -> None:
@@ -731,6 +735,53 @@ class Engine:
                 return
             move(task, SCHEDULED)
         self._sync(task, plan)
+
+    def adopt_runs(self, task: Task, runs: list[list[Any]], *, again: bool = False) -> None:
+        """Take in the runs of an adopted concurrent ``task`` from their stored states
+        (:func:`run_state`), then queue its next run as its state says. With
+        ``again`` (its holder's lease expired, or it gave a run back), a run that was
+        in flight is due again at its own time, as it was claimed (its attempt is not
+        counted): at-least-once, same slot and key. O(len(runs) log n).
+        """
+        plan = task.plan
+        assert plan is not None
+        plan.flying = []
+        alive = task.status not in FINISHED
+        for _slot, at, status, attempt, first_at, last_delay, replaced, skipped, skips in runs:
+            run = _new_run(task, plan, False, counted=False)
+            own = run.plan
+            assert own is not None
+            own.attempt, own.first_at, own.last_delay = attempt, first_at, last_delay
+            own.skipped, own.skips = skipped, skips
+            run.replaced = replaced
+            waiting = status == SCHEDULED or again
+            if (waiting and not alive) or (again and replaced):
+                continue  # never to run: a finished task's retry, a run REPLACE stopped
+            plan.flying.append(run)
+            plan.inflight += 1
+            run.entry = (at, -1, task.entry[2])
+            if waiting:
+                run.status = SCHEDULED
+                key = _Waiting()
+                self._tasks[key] = run
+                self._waiting += 1
+                run.entry = self._queue.push(at, key, own.priority)
+            else:  # claimed: whether a worker started it yet, its completion is a run's
+                run.status = RUNNING
+        if again and plan.held:  # the runs it waited for to stop are gone with their node
+            plan.held = any(run.status is not SCHEDULED for run in plan.flying)
+        if alive:
+            self._sync(task, plan)
+
+    def run_of(self, task: Task, slot: Time) -> Run | None:
+        """The run of concurrent ``task`` in flight for ``slot`` (:func:`run_slot`), or
+        ``None``. O(runs in flight)."""
+        plan = task.plan
+        for run in () if plan is None or plan.flying is None else plan.flying:
+            if run_slot(run) == slot and run.status is not SCHEDULED:
+                assert isinstance(run, Run)
+                return run
+        return None
 
     def take_stops(self) -> list[Run]:
         """The runs REPLACE decided to stop since the last call (the scheduler signals
@@ -1276,22 +1327,24 @@ class Engine:
             assert status in FINISHED
 
 
-def _new_run(task: Task, plan: Plan, queued: bool) -> Run:
+def _new_run(task: Task, plan: Plan, queued: bool, *, counted: bool = True) -> Run:
     """A run of a concurrent task's due slot, with a plan of its own: the task's retry
     policies as they are now (it finishes as it began), the skips to report on it; it
-    counts toward ``max_runs`` unless it is an extra run. O(1)."""
+    counts toward ``max_runs`` unless it is an extra run (or, ``counted`` false, one
+    rebuilt from storage, counted when it was claimed). O(1)."""
     run = Run.__new__(Run)
     run.parent = task
     run.replaced = False
     own = Plan(None, plan.max_retries, plan.retry, None, plan.priority)
     own.retry_on = plan.retry_on
     own.extra = True  # complete() tells a run by it, then by its class
-    if plan.skipped:  # reported on this run
-        own.skipped, own.skips, plan.skipped, plan.skips = plan.skipped, plan.skips, 0, None
-    if plan.extra_runs:
-        plan.extra_runs -= 1
-    elif plan.max_runs is not None:
-        plan.runs += 1
+    if counted:
+        if plan.skipped:  # reported on this run
+            own.skipped, own.skips, plan.skipped, plan.skips = plan.skipped, plan.skips, 0, None
+        if plan.extra_runs:
+            plan.extra_runs -= 1
+        elif plan.max_runs is not None:
+            plan.runs += 1
     for_run = getattr(task.action, "for_run", None)
     run.action = task.action if for_run is None else for_run(own)
     run.plan = own
@@ -1300,6 +1353,27 @@ def _new_run(task: Task, plan: Plan, queued: bool) -> Run:
     run.status = QUEUED if queued else RUNNING
     run.last = run.value = None
     return run
+
+
+def run_slot(run: Task) -> Time:
+    """The slot of a concurrent task's run (its idempotency key's): its entry's time,
+    or its first attempt's while it is retried. O(1)."""
+    own = run.plan
+    assert own is not None
+    return own.first_at if own.attempt else run.entry[0]
+
+
+def run_state(run: Task) -> list[Any]:
+    """A concurrent task's run as a store keeps it (JSON), for :meth:`Engine.adopt_runs`:
+    slot, entry time, status, attempt, first attempt's time, last delay, replaced,
+    skips to report. O(1)."""
+    own = run.plan
+    assert own is not None
+    replaced = isinstance(run, Run) and run.replaced
+    return [
+        run_slot(run), run.entry[0], str(run.status), own.attempt, own.first_at,
+        own.last_delay, replaced, own.skipped, own.skips,
+    ]  # fmt: skip
 
 
 def _queued(task: Task) -> bool:

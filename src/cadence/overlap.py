@@ -24,8 +24,10 @@ run started and no later than when it ended. Slots already due before the
 run started are the misfire policy's: they were missed, not overlapped. The
 policies are decided by the engine, so they are the same under ``tick``,
 ``Runner`` and ``AsyncRunner`` (under ``tick`` a run takes no time, so
-nothing ever overlaps). ``allow(n)`` and ``REPLACE`` are in-memory only for
-now: a store keeps one lease per task (``docs/design.md``).
+nothing ever overlaps). In durable mode a task's runs in flight are all on
+the node that holds its lease, which starts each under it; another node takes
+them over (and runs them again, same keys) if that one dies
+(``docs/design.md``).
 
 Kubernetes calls these ``concurrencyPolicy: Forbid`` (SKIP), ``Allow``
 (``allow(n)``) and ``Replace``; Temporal ``BUFFER_ALL`` (BUFFER under
@@ -90,7 +92,7 @@ class Overlap:
     @property
     def concurrent(self) -> bool:
         """Whether a run may start while another of the task is in flight (``allow(n)``)
-        or stop it (``REPLACE``): the policies a store cannot keep yet."""
+        or stop it (``REPLACE``): the policies whose runs are objects of their own."""
         return self.mode in ("allow", "replace")
 
     def __repr__(self) -> str:

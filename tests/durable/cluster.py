@@ -8,6 +8,7 @@ for runs in flight on processes that lost their lease.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sqlite3
@@ -17,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from cadence import DurableScheduler, FixedRate, Misfire, Status
+from cadence import DurableScheduler, FixedRate, Misfire, Overlap, Status
 
 ROOT = Path(__file__).resolve().parents[2]
 EFFECT = "tests.durable.jobs:effect"
@@ -169,6 +170,48 @@ class Cluster:
         retried = sum(1 for slot in slots if round(slot / period) % 2 == 0)
         again = sum(self.starts().values()) - len(slots) - retried
         assert 0 <= again <= self.kills  # only the run in flight on the killed node
+
+    def overlap_with_a_kill(self) -> None:
+        """A task under ``Overlap.allow(3)`` whose runs last three of its periods, on two
+        nodes with pools: the node holding it is SIGKILLed with runs in flight and
+        replaced. Its runs in flight run again on the other node (same keys), no more
+        than three runs are ever recorded in flight at once, every slot's effect is
+        there once, each (slot, attempt) is recorded once, duplicate starts only for
+        the runs in flight on the killed node."""
+        period = 0.1
+        start = time.time() // 1 + 1
+        self.sched.schedule(
+            "ov", FixedRate(period, start=start), EFFECT, args=[],
+            overlap=Overlap.allow(3), max_runs=40,
+        )  # fmt: skip
+        env = {"LEASE": "1", "EFFECT_SLEEP": str(3 * period), "WORKERS": "4"}
+        nodes = [self.spawn(**env) for _ in range(2)]
+        deadline = time.monotonic() + 90
+        owner: str | None = None
+        while len(self.effect_keys()) < 10 or owner is None:
+            assert time.monotonic() < deadline, f"the task did not start\n{self.logs()}"
+            time.sleep(0.01)
+            row = self.sched.store.get("ov")
+            owner = None if row is None else row.owner
+        holder = next(n for n in nodes if f":{n.pid}:" in owner)
+        self.kill(holder)
+        nodes[nodes.index(holder)] = self.spawn(**env)
+        while not self.done(["ov"]):
+            assert time.monotonic() < deadline, f"not done in 90 s\n{self.logs()}"
+            time.sleep(0.05)
+        for node in nodes:
+            node.terminate()
+            node.wait(30)
+        assert all(n == 1 for n in self.completions().values())
+        done = [o for o in self.sched.history("ov", 1000) if o.result == "ok"]
+        slots = sorted(o.slot for o in done)
+        assert slots == [start + k * period for k in range(40)]  # each slot once
+        assert self.effect_keys() == {f"ov@{slot!r}" for slot in slots}
+        ends = sorted([(o.started, 1) for o in done] + [(o.finished, -1) for o in done])
+        most = max(itertools.accumulate(step for _, step in ends))
+        assert 2 <= most <= 3  # runs overlapped, never more than three at once
+        again = sum(self.starts().values()) - len(slots)
+        assert 0 <= again <= 3  # only the runs in flight on the killed node (three at most)
 
     def rolling_deploy(self) -> None:
         """A rolling deploy: tasks of an action only the new version registers wait,

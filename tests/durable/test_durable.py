@@ -27,6 +27,8 @@ from cadence import (
     ManualClock,
     Misfire,
     Once,
+    Overlap,
+    Result,
     RunContext,
     Runner,
     Status,
@@ -34,6 +36,7 @@ from cadence import (
 from cadence.cron import Cron
 from cadence.durable import LeaseExpired, StoredError
 from cadence.durable import _scheduler as durable_scheduler
+from cadence.durable._rows import Held
 from cadence.store import (
     Change,
     Edit,
@@ -701,6 +704,42 @@ def test_a_lease_that_keeps_expiring_fails_the_run(store: Store) -> None:
     assert dead[2].next_run_time("r") == 100  # and the schedule goes on
 
 
+def test_concurrent_runs_share_one_lease_and_are_taken_over_together(store: Store) -> None:
+    """Under ``Overlap.allow(2)`` the node holding a task claims its second run itself,
+    under the same lease; no other node can claim a run of it meanwhile. When that
+    node dies with both in flight, the next node takes the lease over and runs both
+    slots again (same slot and key, counted once toward ``max_runs``); the dead
+    node's completions are fenced off, and each slot is recorded once."""
+    clock = ManualClock(0)
+    a = DurableScheduler(store, clock=clock, lease=5, node="a", imports=True)
+    b = DurableScheduler(store, clock=clock, lease=5, node="b", imports=True)
+    a.schedule("t", FixedRate(1), NOOP, overlap=Overlap.allow(2), max_runs=3)
+    first = a._claim(1)  # slots 0 and 1 are due
+    assert first is not None
+    assert b._claim(1) is None  # the task is a's while a run of it is in flight
+    second = a._claim(1)
+    assert second is not None
+    assert a._claim(1) is None  # two in flight: slot 2 waits
+    assert (first.entry[0], second.entry[0]) == (0, 1)
+    assert store.get("t").owner == "a"  # type: ignore[union-attr]
+    again = [b._claim(7), b._claim(7)]  # a's lease ran out at 6
+    assert [run.entry[0] for run in again if run is not None] == [0, 1]
+    assert b._claim(7) is None  # still two in flight
+    late = a._complete(first, None, 1, 7)  # a wakes up: fenced off, only reported
+    assert late.result is Result.OK
+    assert a.history("t") == []
+    for run in again:
+        assert run is not None
+        b._complete(run, None, 7, 7)
+    third = b._claim(7)
+    assert third is not None
+    assert third.entry[0] == 2
+    b._complete(third, None, 7, 7)
+    assert b.status("t") is Status.DONE  # max_runs: three runs, not five
+    assert sorted((o.slot, o.owner) for o in b.history("t")) == [(0, "b"), (1, "b"), (2, "b")]
+    assert store.get("t").owner is None  # type: ignore[union-attr]
+
+
 def test_shift_leases_shortens_only_the_leases_past_its_bound(store: Store) -> None:
     """After a step back of the hosts' clocks: leases ending past ``beyond`` are
     shortened by ``by``; the others, and rows not in flight, are left as they are."""
@@ -792,13 +831,13 @@ def test_a_run_claimed_by_a_lost_answer_is_not_kept_by_the_heartbeat(store: Stor
     a.schedule_once("held", 0, NOOP, priority=1)
     store.claim("a", 0, 1, 10, a._known())  # "lost" leased to a: the answer is dropped
     held = a._claim(0)
-    assert held is not None
+    assert isinstance(held, Held)
     assert held.task_id == "held"
     for now in (4, 8, 12):  # a's heartbeats, every lease / 3, while it runs "held"
         a._heartbeat(now)
     assert not held.lost
     taken = b._claim(12)
-    assert taken is not None
+    assert isinstance(taken, Held)
     assert (taken.task_id, taken.row.expiries) == ("lost", 1)
 
 

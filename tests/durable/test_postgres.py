@@ -130,6 +130,13 @@ def test_a_node_killed_mid_backfill_leaves_every_slot_run_once(nodes: Cluster) -
     nodes.backfill_with_a_kill()
 
 
+def test_a_node_killed_with_concurrent_runs_in_flight_leaves_every_slot_run_once(
+    nodes: Cluster,
+) -> None:
+    """See ``cluster.overlap_with_a_kill``."""
+    nodes.overlap_with_a_kill()
+
+
 def test_a_rolling_deploy_leaves_a_new_action_to_the_nodes_that_know_it(nodes: Cluster) -> None:
     """See ``cluster.rolling_deploy``."""
     nodes.rolling_deploy()

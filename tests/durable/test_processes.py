@@ -157,6 +157,13 @@ def test_a_node_killed_mid_backfill_leaves_every_slot_run_once(cluster: Cluster)
     cluster.backfill_with_a_kill()
 
 
+def test_a_node_killed_with_concurrent_runs_in_flight_leaves_every_slot_run_once(
+    cluster: Cluster,
+) -> None:
+    """See ``cluster.overlap_with_a_kill``."""
+    cluster.overlap_with_a_kill()
+
+
 def test_a_rolling_deploy_leaves_a_new_action_to_the_processes_that_know_it(
     cluster: Cluster,
 ) -> None:

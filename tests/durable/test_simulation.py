@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cadence import DurableScheduler, ManualClock, Misfire, Status
+from cadence._engine import Run
 from cadence.durable._rows import Held
 from cadence.durable._scheduler import _Completion
 from cadence.store import MemoryStore
@@ -119,8 +120,9 @@ class Protocol(RuleBasedStateMachine):
         self._sync(node)
         self._started(node, node.sched._claim(node.clock()))
 
-    def _started(self, node: Node, task: Held | None) -> None:
+    def _started(self, node: Node, task: Held | Run | None) -> None:
         if task is not None:
+            assert isinstance(task, Held)  # (its tasks run one run at a time)
             if task.status is Status.QUEUED:  # claimed by _claim_from_store: start it
                 task.engine.start(task)
             slot = task.row.due if not task.row.state["attempt"] else task.row.state["first_at"]

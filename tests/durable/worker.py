@@ -7,9 +7,10 @@ that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
 (``time.time``) by the seconds written there. $ACTIONS registers names
 (``name=module:function,...``), as a deployed version of an application
 would. $READY_FILE is written once its runner started. $LEASE sets the lease
-(seconds); on PostgreSQL, $FREEZE and $PG_TIMEOUT freeze the node inside a
-transaction (see ``_postgres``); $KILL_AT makes the process SIGKILL itself at
-one step of its first run: ``claimed`` (just after the claim committed),
+(seconds), $WORKERS the runner's pool (none by default); on PostgreSQL,
+$FREEZE and $PG_TIMEOUT freeze the node inside a transaction (see
+``_postgres``); $KILL_AT makes the process SIGKILL itself at one step of its
+first run: ``claimed`` (just after the claim committed),
 ``completing`` (after the action, before the completion's transaction) or
 ``committing`` (inside that transaction, before its commit). The action itself
 can kill it too (see ``jobs.py``).
@@ -23,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +153,8 @@ def main() -> None:
     if ready:  # tell the test the node's runner is up (its start-up is not timed)
         sched.add_listener(lambda event: Path(ready).write_text("up"), "scheduler_started")
     run_for = float(os.environ.get("RUN_FOR", "0"))
-    runner = Runner(sched)
+    workers = int(os.environ.get("WORKERS", "0"))  # a pool of that many, else none
+    runner = Runner(sched, executor=ThreadPoolExecutor(workers) if workers else None)
     if run_for:
         runner.start()
         time.sleep(run_for)

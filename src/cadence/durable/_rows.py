@@ -16,12 +16,14 @@ import traceback
 from collections import deque
 from typing import Any
 
-from cadence._engine import WINDOWS, Engine, Task
+from cadence._engine import WINDOWS, Engine, Task, run_state
 from cadence._policy import Plan, jitter_offset
-from cadence._types import Action, RunCancelled, RunOutcome, Status, Time
+from cadence._types import FINISHED, Action, RunCancelled, RunOutcome, Status, Time
 from cadence.store import OutcomeRow, TaskRow
 
 from . import _codec
+
+RUNNING, SCHEDULED = Status.RUNNING, Status.SCHEDULED
 
 
 class Held(Task):
@@ -48,8 +50,13 @@ class Held(Task):
         return self.row.fence
 
 
-def restore(row: TaskRow, action: Action, status: Status | None = None) -> Held:
-    """Rebuild the task a row describes, in ``status`` (default: the row's). O(1).
+def restore(
+    row: TaskRow, action: Action, status: Status | None = None, *, again: bool = False
+) -> Held:
+    """Rebuild the task a row describes, in ``status`` (default: the row's). O(1);
+    a concurrent task (``Overlap.allow(n)``, ``REPLACE``) is rebuilt with its runs in
+    flight, due again with ``again`` (see :meth:`~cadence._engine.Engine.adopt_runs`):
+    O(runs).
 
     Raises what decoding a stored spec raises (:class:`~cadence.store.StoreError`
     for an unknown kind, ``ImportError`` for a ``retry_on`` type no longer there).
@@ -89,16 +96,29 @@ def restore(row: TaskRow, action: Action, status: Status | None = None) -> Held:
     task.until = row.lease_until if row.lease_until is not None else 0
     task.lost = task.cancelled = False
     task.engine = Engine(1, follow_moves=False)  # claims in time order across the store
-    task.engine.adopt(task, row.due)
+    if plan.concurrent:
+        _adopt_concurrent(task, plan, state, again)
+    else:
+        task.engine.adopt(task, row.due)
     task.adopted = task.entry
     return task
+
+
+def _adopt_concurrent(task: Held, plan: Plan, state: dict[str, Any], again: bool) -> None:
+    """Adopt a concurrent task: its entry is its next run (``next``, when the row's due
+    time is a run's retry instead), its runs beside it; it is running while any is."""
+    flying = state.get("flying") or ()
+    if task.status not in FINISHED:
+        task.status = RUNNING if flying else SCHEDULED
+    task.engine.adopt(task, state.get("next", task.row.due))
+    task.engine.adopt_runs(task, list(flying), again=again)
 
 
 CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs"})
 """The spec keys of the scheduling controls, stored only when set (rows written
 before them, or by tasks that use none, have none)."""
 CONTROL_STATE = frozenset(
-    {"runs", "nominal", "extra_runs", "extras", "skips", "pending", "windows"}
+    {"runs", "nominal", "extra_runs", "extras", "skips", "pending", "windows", "flying"}
 )
 """The state keys the controls keep, stored only when set."""
 
@@ -119,6 +139,9 @@ def _controls(plan: Plan, spec: dict[str, Any], state: dict[str, Any]) -> None:
         probe = Plan()
         _apply_spec(probe, pending)
         plan.pending = {name: getattr(probe, name) for name in _attributes(pending)}
+    plan.held = state.get("held", False)
+    ended = state.get("ended")
+    plan.ended = None if ended is None else Status(ended)
     plan.extra = plan.uses_controls()
 
 
@@ -127,6 +150,9 @@ def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
     for key, value in spec.items():
         if key == "overlap":
             plan.overlap_skip = value == "skip"
+            plan.replace = value == "replace"
+            plan.limit = value["allow"] if isinstance(value, dict) else 1
+            plan.concurrent = plan.replace or plan.limit > 1
         elif key == "max_retries":
             plan.max_retries = value
         elif key == "retry":
@@ -185,10 +211,21 @@ def state_of(plan: Plan) -> dict[str, Any]:
             ("extras", plan.extras), ("skips", plan.skips),
             ("windows", None if not plan.windows else [list(w) for w in plan.windows]),
             ("pending", None if not plan.pending else spec_of(plan.pending)),
+            ("flying", None if not plan.flying else [run_state(r) for r in plan.flying]),
+            ("held", plan.held), ("ended", None if plan.ended is None else str(plan.ended)),
         ):  # fmt: skip
             if value:
                 state[key] = value
     return state
+
+
+def overlap_spec(plan: Plan) -> object:
+    """A plan's overlap policy as a spec stores it (``None``: the default, BUFFER)."""
+    if plan.replace:
+        return "replace"
+    if plan.concurrent:
+        return {"allow": plan.limit}
+    return "skip" if plan.overlap_skip else None
 
 
 def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
@@ -200,6 +237,17 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
     plan = task.plan
     assert plan is not None
     old = task.row
+    state = state_of(plan)
+    due = task.entry[0]
+    if plan.concurrent:  # its lease is kept while any run of it is in flight
+        keep_lease = bool(plan.flying)
+        head = task.engine.next_time()  # its next run or a run's retry, if either may start
+        if keep_lease and (head is None or head != due):
+            state["next"] = due
+            if head is None:
+                state["full"] = True  # nothing may start before a run in flight ends
+            else:
+                due = head
     spec = old.spec  # specs are replaced, never changed in place: shared, with its JSON
     pending = old.state.get("pending")
     if pending and not plan.pending:  # the changes that waited for the run now apply
@@ -208,10 +256,10 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
         old.task_id,
         old.action,
         spec,
-        state_of(plan),
+        state,
         str(task.status),
         plan.paused,
-        task.entry[0],
+        due,
         plan.priority,
         old.seq,
         old.fence,
@@ -234,13 +282,16 @@ def slot_of(row: TaskRow) -> Time:
     return row.due if nominal is None else nominal
 
 
-def outcome_row(row: TaskRow, outcome: RunOutcome, finished: Time) -> OutcomeRow:
-    """The stored record of a run of ``row``'s current slot."""
+def outcome_row(
+    row: TaskRow, outcome: RunOutcome, finished: Time, slot: Time | None = None
+) -> OutcomeRow:
+    """The stored record of a run of ``row``'s current slot (or of ``slot``, a
+    concurrent task's run)."""
     error = outcome.error
     text = None if error is None else "".join(traceback.format_exception_only(error)).strip()
     return OutcomeRow(
         row.task_id,
-        slot_of(row),
+        slot_of(row) if slot is None else slot,
         outcome.attempt,
         row.fence,
         outcome.at,

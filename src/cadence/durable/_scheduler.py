@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, TypeVar, Unpack
 
 from cadence import _validate
 from cadence._calls import Bound, prepare
-from cadence._engine import raiser, run_at, task_info
+from cadence._engine import Run, Task, raiser, run_at, run_slot, task_info
 from cadence._events import Event, EventKind
 from cadence._policy import RetryOn, RetryPolicy, Schedule
 from cadence._scheduler import (
@@ -26,6 +26,7 @@ from cadence._scheduler import (
     backfill_overlap,
     changes,
     check_end,
+    check_stoppable,
     controls,
     fatal,
     make_plan,
@@ -56,6 +57,7 @@ from ._rows import (
     dump,
     new_row,
     outcome_row,
+    overlap_spec,
     restore,
     slot_of,
     spec_of,
@@ -165,6 +167,7 @@ class DurableScheduler(Scheduler):
         "_completions",
         "_declared",
         "_failure",
+        "_flying",
         "_group",
         "_held",
         "_hold",
@@ -239,8 +242,12 @@ class DurableScheduler(Scheduler):
         self._broken: set[str] = set()  # import paths that failed to import here
         self._refused: frozenset[str] = frozenset()  # tasks whose rows it could not read
         self._hold = threading.Lock()  # guards the buffer and the held runs
-        self._buffer: deque[Held] = deque()  # claimed, not yet handed to a driver
+        self._buffer: deque[Held | Run] = deque()  # claimed, not yet handed to a driver
         self._held: dict[str, Held] = {}  # claimed by this node, not yet completed
+        # Concurrent tasks (Overlap.allow(n), REPLACE) whose lease this node holds while
+        # runs of theirs are in flight: when it may start another (None: not before one
+        # of those ends). Their leases are in _held, as the first run claimed them.
+        self._flying: dict[str, tuple[int, Time | None]] = {}  # (row version, when)
         self._users = 0  # runners driving this scheduler
         self._keeper: threading.Thread | None = None
         self._keeper_stop = threading.Event()
@@ -575,12 +582,8 @@ class DurableScheduler(Scheduler):
             raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
         overlap, deadline, jitter, end, max_runs = control
         controls(plan, when, overlap, deadline, jitter, self._end(end), max_runs)
-        if plan.concurrent:
-            raise ValueError(
-                f"overlap={overlap!r} is for an in-memory Scheduler for now: a store keeps one "
-                "lease per task, so a stored task runs one run at a time (Overlap.BUFFER or "
-                "Overlap.SKIP); see docs/policies.md, 'Overlap'"
-            )
+        if plan.replace:
+            check_stoppable(function)
         stored_args = None if args is None else _codec.json_value("args", args)
         stored_kwargs = None if kwargs is None else _codec.json_value("kwargs", kwargs)
         prepare(function, stored_args, stored_kwargs)  # the call shape, checked now
@@ -594,7 +597,7 @@ class DurableScheduler(Scheduler):
             "misfire": None if misfire is None else misfire.limit,
         }
         for key, value in (
-            ("overlap", "skip" if plan.overlap_skip else None), ("deadline", plan.deadline),
+            ("overlap", overlap_spec(plan)), ("deadline", plan.deadline),
             ("jitter", plan.jitter), ("end", plan.end), ("max_runs", plan.max_runs),
         ):  # fmt: skip
             if value is not None:  # stored only when set: rows without them stay as they were
@@ -870,9 +873,12 @@ class DurableScheduler(Scheduler):
         unreachable store means "try again in :data:`STORE_RETRY` seconds"."""
         if not self._outage:
             try:
-                return self._store.next_due(self._node, self._known(), own=True)
+                head = self._store.next_due(self._node, self._known(), own=True)
             except Exception as exc:
                 self._store_failed(exc)
+            else:
+                mine = self._flying_head()
+                return head if mine is None or (head is not None and head <= mine) else mine
         return _validate.time_from("the clock", self._clock()) + STORE_RETRY
 
     def _status(self, row: TaskRow) -> Status:
@@ -922,7 +928,7 @@ class DurableScheduler(Scheduler):
             task = self._claim_from_store(now, 1)
             if task is None:
                 return outcomes
-            task.engine.start(task)
+            _engine_of(task).start(task)
             error = self._call(task)
             outcomes.append(self._complete(task, error, now, now))
             if error is not None and fatal(error):
@@ -948,7 +954,9 @@ class DurableScheduler(Scheduler):
         own = self._store.now()
         return now if own is None else own
 
-    def _claim(self, now: Time, *, queued: bool = False, room: int | None = None) -> Held | None:
+    def _claim(
+        self, now: Time, *, queued: bool = False, room: int | None = None
+    ) -> Held | Run | None:
         """The next run for a runner: from this node's claimed batch, else a new claim
         of up to ``batch`` runs, and no more than ``room`` (what the runner's pool,
         if it has one, can start soon) or, without a pool, than it is expected to
@@ -966,7 +974,7 @@ class DurableScheduler(Scheduler):
             self._store_failed(exc)
             return None
         if task is not None and not queued:
-            task.engine.start(task)
+            _engine_of(task).start(task)
         return task
 
     def _store_failed(self, exc: Exception) -> None:
@@ -984,16 +992,17 @@ class DurableScheduler(Scheduler):
                 "the store failed (%s); retrying every %gs", what, STORE_RETRY, exc_info=exc
             )
 
-    def _claim_next(self, now: Time, room: int | None) -> Held | None:
+    def _claim_next(self, now: Time, room: int | None) -> Held | Run | None:
         local, now = now, self._store_time(now)
         with self._hold:
             while self._buffer:
                 task = self._buffer.popleft()
-                if task.lost or task.cancelled:
+                lease = self._lease_of(task)
+                if lease.lost or lease.cancelled:
                     continue
-                if now < task.until:
+                if now < lease.until:
                     return task
-                task.lost = True  # not renewed in time: someone may have it now
+                lease.lost = True  # not renewed in time: someone may have it now
                 logger.warning("task %r: lease ran out before its run started", task.task_id)
         with self._committed:  # a dispatcher's lingering completions: committed with its claim
             lingering = self._completions and self._linger_until > -float("inf")
@@ -1035,7 +1044,7 @@ class DurableScheduler(Scheduler):
 
     def _claim_from_store(
         self, now: Time, limit: int, batch: Sequence[_Completion] = ()
-    ) -> Held | None:
+    ) -> Held | Run | None:
         """Claim up to ``limit`` runs; return the first to start, keep the rest in the batch.
 
         The completions of ``batch`` are committed in the claim's transaction
@@ -1044,7 +1053,15 @@ class DurableScheduler(Scheduler):
         are settled, and the claim goes on until a run is found or nothing is due.
         """
         now = self._store_time(now)
-        ready: list[Held] = []
+        mine = self._flying_head()
+        if mine is not None and mine <= now:  # a concurrent task held here may start a run
+            if batch:
+                self._commit(batch)
+                batch = ()
+            run = self._reclaim(now)
+            if run is not None:
+                return run
+        ready: list[Held | Run] = []
         while not ready:
             rows = (
                 self._commit_and_claim(batch, now, limit)
@@ -1058,16 +1075,19 @@ class DurableScheduler(Scheduler):
             ready = [task for row in rows if (task := self._decide(row, now, moved))]
             if moved:  # runs claimed with these that come after a moved one wait for it
                 first = min(moved)
-                for task in [t for t in ready if t.row.due > first]:
+                for task in [t for t in ready if isinstance(t, Held) and t.row.due > first]:
                     ready.remove(task)
                     self._release(task.row)
         with self._hold:
             for task in ready:
-                self._held[task.task_id] = task  # type: ignore[index]
+                lease = _parent(task) if isinstance(task, Run) else task
+                held = self._held.get(_tid(task))
+                if held is None or held.fence != lease.fence or lease is task:
+                    self._held[_tid(task)] = lease
             self._buffer.extend(ready[1:])
         return ready[0]
 
-    def _decide(self, row: TaskRow, now: Time, moved: list[Time]) -> Held | None:
+    def _decide(self, row: TaskRow, now: Time, moved: list[Time]) -> Held | Run | None:
         """Turn a claimed row into a run to start, or settle it (and return ``None``).
 
         A run its misfire policy moved to a later slot is given back at that
@@ -1079,12 +1099,12 @@ class DurableScheduler(Scheduler):
         if row.unreadable is not None:
             self._refuse(row, row.unreadable)
             return None
-        action = self._bind(function, row)
         try:
-            task = restore(row, action, Status.QUEUED if row.reclaimed else Status.SCHEDULED)
+            task = self._restored(function, row, again=row.reclaimed)
         except Exception as exc:  # a spec this cadence cannot read (a newer one wrote it?)
             self._refuse(row, repr(exc))
             return None
+        assert task.plan is not None
         if row.reclaimed:
             logger.warning(
                 "task %r: took over its run at %s from an expired lease (expiry %d)",
@@ -1092,6 +1112,9 @@ class DurableScheduler(Scheduler):
                 epoch_shown(row.due),
                 row.expiries,
             )
+        if task.plan.concurrent:
+            return self._claim_run(task, now, moved)
+        if row.reclaimed:
             if row.expiries >= self._max_expiries:
                 task.engine.start(task)
                 error = LeaseExpired(
@@ -1120,10 +1143,133 @@ class DurableScheduler(Scheduler):
                     return None
                 task.row = new
         task.until = now + self._lease
+        return task
+
+    def _restored(
+        self, function: Callable[..., object], row: TaskRow, *, again: bool = False
+    ) -> Held:
+        """A claimed row's task, its action bound to it (the run's facts: id, fence),
+        in ``queued`` (taken over: ``again``) or ``scheduled`` to be claimed."""
+        action = self._bind(function, row)
+        if isinstance(action, Bound):  # before the restore and the claim: a concurrent
+            action.bind(row.task_id, None)  # task's runs are bound to copies made then
+            action.fence, action.expiries = row.fence, row.expiries
+        status = Status.QUEUED if again else Status.SCHEDULED
+        task = restore(row, action, status, again=again)
         if isinstance(action, Bound):
             action.bind(row.task_id, task.plan)
-            action.fence, action.expiries = row.fence, row.expiries
         return task
+
+    def _claim_run(self, task: Held, now: Time, moved: list[Time]) -> Run | None:
+        """:meth:`_decide` for a concurrent task (``Overlap.allow(n)``, ``REPLACE``): the
+        engine claims a run of its own (one whose lease expired elsewhere first), and
+        the task, with it in flight, is stored under this node's lease. A run taken
+        over too many times fails with :class:`LeaseExpired`."""
+        row = task.row
+        run = task.engine.claim(now, queued=True)
+        stops = task.engine.take_stops()
+        new, requeued = dump(task, keep_lease=True)
+        decided = self._store.modify(
+            row.task_id, lambda _: Change(None, row=new, requeued=requeued), fence=row.fence
+        )
+        if decided is None:
+            return None
+        task.row = new
+        task.until = now + self._lease
+        self._replacing(stops)
+        self._track(row.task_id, new, row.fence)
+        if run is None:
+            if requeued:
+                moved.append(new.due)
+            return None
+        assert isinstance(run, Run)
+        if row.reclaimed and row.expiries >= self._max_expiries:
+            task.engine.start(run)
+            error = LeaseExpired(
+                f"the lease of task {row.task_id!r}'s run at {run_at(run)!r} expired "
+                f"{row.expiries} times"
+            )
+            self._complete(run, error, now, now)
+            return None
+        return run
+
+    def _reclaim(self, now: Time) -> Run | None:
+        """The next run of a concurrent task whose lease this node holds, if one may
+        start at ``now``: claimed by the engine under that lease (one fenced
+        transaction per task looked at). A lease found lost is let go.
+        O(such tasks)."""
+        with self._hold:
+            due = [
+                (task_id, self._held[task_id])
+                for task_id, (_, at) in self._flying.items()
+                if at is not None and at <= now and task_id in self._held
+            ]
+        for task_id, lease in due:
+            function = self._callable(lease.row.action)
+            if lease.lost or lease.cancelled or function is None:
+                self._untrack(task_id, lease.fence)
+                continue
+
+            def claim(
+                row: TaskRow | None, function: Callable[..., object] = function
+            ) -> Change[Any]:
+                if row is None:
+                    return Change(None)
+                task = self._restored(function, row, again=False)
+                run = task.engine.claim(now, queued=True)
+                stops = task.engine.take_stops()
+                new, requeued = dump(task, keep_lease=True)
+                return Change((run, stops), row=new, requeued=requeued)
+
+            decided = self._store.modify(task_id, claim, fence=lease.fence)
+            if decided is None or decided.row is None:
+                lease.lost = True
+                self._untrack(task_id, lease.fence)
+                continue
+            run, stops = decided.value
+            self._replacing(stops)
+            self._track(task_id, decided.row, lease.fence)
+            if run is not None:
+                return run  # type: ignore[no-any-return]
+        return None
+
+    def _replacing(self, stops: list[Run]) -> None:
+        """Overlap.REPLACE decided to stop these runs (held by this node): say so to the
+        runner driving them (``RUN_REPLACED``; an async run is cancelled)."""
+        for run in stops:
+            self._emit(Event(EventKind.RUN_REPLACED, run.task_id, run_at(run)))
+
+    def _flying_head(self) -> Time | None:
+        """The earliest time a concurrent task held here may start a run, or ``None``."""
+        if not self._flying:
+            return None
+        with self._hold:
+            return min((at for _, at in self._flying.values() if at is not None), default=None)
+
+    def _track(self, task_id: str, row: TaskRow, fence: int) -> None:
+        """A concurrent task's row as just written under this node's lease ``fence``:
+        remember when it may start another run (its due time, unless every run it may
+        have is in flight), or forget it if the lease was let go. Writes committed out
+        of order (a claim and a completion on two threads) keep the newest."""
+        if row.owner != self._node or (row.status in FINISHED and not row.state.get("flying")):
+            self._untrack(task_id, fence)
+            return
+        at = None if row.state.get("full") else row.due
+        with self._hold:
+            seen = self._flying.get(task_id)
+            if seen is None or seen[0] <= row.version:
+                self._flying[task_id] = (row.version, at)
+        if at is not None and self._wakeups:
+            self._wake(at)
+
+    def _untrack(self, task_id: str, fence: int) -> None:
+        """This node holds no lease of concurrent task ``task_id`` under ``fence`` any
+        more: no heartbeat renews it, no run of it is started here."""
+        with self._hold:
+            self._flying.pop(task_id, None)
+            held = self._held.get(task_id)
+            if held is not None and held.fence == fence:
+                del self._held[task_id]
 
     def _refuse(self, row: TaskRow, why: str) -> None:
         """A claimed row this node cannot read (its JSON is corrupt, or a newer cadence
@@ -1157,10 +1303,20 @@ class DurableScheduler(Scheduler):
 
         self._store.modify(row.task_id, give_back, fence=row.fence)
 
-    def _give_back(self, task: Held, error: GivenBack, started: Time) -> RunOutcome:
+    def _give_back(self, task: Held | Run, error: GivenBack, started: Time) -> RunOutcome:
         """A run its node stopped (:class:`GivenBack`): released as claimed, nothing
         recorded; its outcome, ``retry``, is only reported. If the store cannot take
-        the release, the lease runs out and the run is taken over all the same."""
+        the release, the lease runs out and the run is taken over all the same (as a
+        concurrent task's run always is: its lease is its task's, with other runs)."""
+        if isinstance(task, Run):
+            logger.info(
+                "task %r: its run at %s was stopped by this node's shutdown: it runs again "
+                "(same key) once the task's lease runs out",
+                task.task_id,
+                epoch_shown(run_at(task)),
+            )
+            self._untrack(_tid(task), _parent(task).fence)
+            return self._given_back(task, error, started)
         with self._hold:
             self._held.pop(task.task_id, None)  # type: ignore[call-overload]
         try:
@@ -1179,24 +1335,39 @@ class DurableScheduler(Scheduler):
                 task.task_id,
                 epoch_shown(run_at(task)),
             )
+        return self._given_back(task, error, started)
+
+    def _given_back(self, task: Held | Run, error: GivenBack, started: Time) -> RunOutcome:
+        """The outcome reported for a run given back: ``retry``, recorded nowhere."""
+        assert task.plan is not None
         outcome = RunOutcome(
-            task.task_id, run_at(task), Result.RETRY, error, task.row.state.get("attempt", 0),
-            started,
-        )  # fmt: skip
+            task.task_id, run_at(task), Result.RETRY, error, task.plan.attempt, started
+        )
         if self._listeners:
             self._emit_outcome(outcome)
         return outcome
 
-    def _start(self, task: Held) -> bool:  # type: ignore[override]
+    def _lease_of(self, task: Held | Run) -> Held:
+        """The lease a claimed run is held under: its own, or, for a run of a concurrent
+        task, the one the task's first run here took, which the heartbeat renews (its
+        task as restored, if this node holds that lease no more). O(1)."""
+        if isinstance(task, Held):
+            return task
+        parent = _parent(task)
+        held = self._held.get(_tid(task))
+        return held if held is not None and held.fence == parent.fence else parent
+
+    def _start(self, task: Held | Run) -> bool:  # type: ignore[override]
         """A worker picks up a claimed run: ``False`` if it was cancelled or its lease lost."""
-        if task.cancelled or task.lost:
+        lease = self._lease_of(task)
+        if lease.cancelled or lease.lost:
             return False
         with self._hold:  # status() reads it under the same lock
-            task.engine.start(task)
+            _engine_of(task).start(task)
         return True
 
     def _complete(  # type: ignore[override]
-        self, task: Held, error: BaseException | None, started: Time, finished: Time
+        self, task: Held | Run, error: BaseException | None, started: Time, finished: Time
     ) -> RunOutcome:
         """Record a run's end in one fenced transaction: the engine decides from the row.
 
@@ -1211,7 +1382,7 @@ class DurableScheduler(Scheduler):
 
     def _complete_later(  # type: ignore[override]
         self,
-        task: Held,
+        task: Held | Run,
         error: BaseException | None,
         started: Time,
         finished: Time,
@@ -1371,12 +1542,15 @@ class DurableScheduler(Scheduler):
         except Exception as exc:
             return exc
 
-    def _unrecorded(self, task: Held, outcome: RunOutcome, exc: Exception) -> RunOutcome:
+    def _unrecorded(self, task: Held | Run, outcome: RunOutcome, exc: Exception) -> RunOutcome:
         """A completion the store could not take (down, unreachable): logged, reported.
 
         Nothing is lost: the run's lease runs out, and it is run again, by this
-        node or another, with the same idempotency key (at-least-once).
+        node or another, with the same idempotency key (at-least-once). (A
+        concurrent task's lease is let go for it: this node renews it no more.)
         """
+        if isinstance(task, Run):
+            self._untrack(_tid(task), _parent(task).fence)
         logger.error(
             "task %r: the completion of its run at %s could not be recorded (%r); the run "
             "will be taken over when its lease expires",
@@ -1389,7 +1563,7 @@ class DurableScheduler(Scheduler):
         return outcome
 
     def _decided(
-        self, task: Held, error: BaseException | None, started: Time, finished: Time
+        self, task: Held | Run, error: BaseException | None, started: Time, finished: Time
     ) -> tuple[Edit, RunOutcome]:
         """The fenced completion of a run, decided in advance from the row as claimed.
 
@@ -1397,6 +1571,8 @@ class DurableScheduler(Scheduler):
         one UPDATE, no read); otherwise ``complete`` decides again inside the
         transaction, from the row as it is then.
         """
+        if isinstance(task, Run):
+            return self._decided_run(task, error, started, finished)
         with self._hold:  # its run is over: no more heartbeats for it
             self._held.pop(task.task_id, None)  # type: ignore[call-overload]
         value = task.value
@@ -1424,16 +1600,46 @@ class DurableScheduler(Scheduler):
         ahead = None if "pending" in claimed.state else (claimed.version, expected)
         return Edit(claimed.task_id, complete, task.fence, ahead), outcome
 
+    def _decided_run(
+        self, run: Run, error: BaseException | None, started: Time, finished: Time
+    ) -> tuple[Edit, RunOutcome]:
+        """:meth:`_decided` for a run of a concurrent task: the engine completes the run
+        of that slot in the row as it is at the commit (other runs of the task start and
+        end meanwhile), under the task's lease; the outcome is recorded for the run's
+        own slot."""
+        value = run.value
+        own = self._store.now()
+        if own is not None:
+            started, finished = own - (finished - started), own
+        parent = _parent(run)
+        slot = run_slot(run)
+        outcome = parent.engine.complete(run, error, started, finished)
+
+        def complete(row: TaskRow | None) -> Change[RunOutcome]:
+            assert row is not None
+            fresh = restore(row, _never)
+            mine = fresh.engine.run_of(fresh, slot)
+            if mine is None:  # its task was scheduled anew meanwhile: recorded, no more
+                return Change(outcome, outcome=outcome_row(row, outcome, finished, slot))
+            mine.value = value
+            result = fresh.engine.complete(mine, error, started, finished)
+            again, queued = dump(fresh, keep_lease=True)
+            record = outcome_row(row, result, finished, slot)
+            return Change(result, row=again, outcome=record, requeued=queued)
+
+        return Edit(_tid(run), complete, parent.fence), outcome
+
     def _settled(
         self,
-        task: Held,
+        task: Held | Run,
         decided: Change[Any] | None,
         outcome: RunOutcome,
         error: BaseException | None,
     ) -> RunOutcome:
         """The outcome of a committed (or fenced-off) completion; wakes runners, emits."""
         if decided is None:
-            if task.cancelled:  # cancelled (and its id reused) while it ran: only reported
+            # cancelled (and its id reused) while it ran: only reported
+            if self._lease_of(task).cancelled:
                 outcome = outcome._replace(result=Result.FAILED if error else Result.OK)
             else:
                 logger.warning(
@@ -1444,8 +1650,13 @@ class DurableScheduler(Scheduler):
                 )
         else:
             outcome = decided.value
-            if self._wakeups and decided.requeued and decided.row is not None:
+            if isinstance(task, Run):
+                if decided.row is not None:
+                    self._track(_tid(task), decided.row, _parent(task).fence)
+            elif self._wakeups and decided.requeued and decided.row is not None:
                 self._wake(decided.row.due)
+        if decided is None and isinstance(task, Run):
+            self._untrack(_tid(task), _parent(task).fence)
         if self._listeners:
             self._emit_outcome(outcome)
         return outcome
@@ -1484,7 +1695,10 @@ class DurableScheduler(Scheduler):
                     if thread is not None and thread is not threading.current_thread():
                         thread.join()
                 for task in buffered:
-                    self._release(task.row)
+                    if isinstance(task, Held):
+                        self._release(task.row)
+                    else:  # a concurrent task's: left to its lease (other runs share it)
+                        self._untrack(_tid(task), _parent(task).fence)
 
         return stop
 
@@ -1648,7 +1862,7 @@ class _Completion(NamedTuple):
     to report, and where to report it."""
 
     edit: Edit
-    task: Held
+    task: Held | Run
     outcome: RunOutcome
     error: BaseException | None
     then: Callable[[RunOutcome], object]
@@ -1657,6 +1871,27 @@ class _Completion(NamedTuple):
 class StoredError(Exception):
     """A run's error as read back from a store: its text (the exception itself stayed
     in the process that ran it)."""
+
+
+def _parent(run: Run) -> Held:
+    """The task a concurrent task's run was claimed from, as restored then."""
+    parent = run.parent
+    assert isinstance(parent, Held)
+    return parent
+
+
+def _tid(task: Task) -> str:
+    """A stored task's id (always a str; a run's entry may hold a key of the engine's
+    while it waits for a retry: its task's, then)."""
+    task_id = (task.parent if isinstance(task, Run) else task).entry[2]
+    assert isinstance(task_id, str)
+    return task_id
+
+
+def _engine_of(task: Task) -> Any:
+    """The engine a claimed run belongs to: its task's (a concurrent task's run: the
+    engine its task was restored into when the run was claimed)."""
+    return task.parent.engine if isinstance(task, Run) else task.engine  # type: ignore[attr-defined]
 
 
 def _never(at: Time) -> None:
