@@ -251,8 +251,12 @@ def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
 def check_stoppable(action: object) -> None:
     """``ValueError`` unless ``action`` can be stopped in the middle of a run, as
     ``Overlap.REPLACE`` needs: an ``async def`` function (its coroutine is cancelled,
-    under :class:`~cadence.AsyncRunner`). A thread cannot be stopped safely."""
+    under :class:`~cadence.AsyncRunner`), or one marked ``stoppable`` by what stops it
+    on ``RUN_REPLACED`` (``cadence run``'s commands: their process group). A thread
+    cannot be stopped safely."""
     call = getattr(action, "__call__", None)  # noqa: B004 - an async __call__ counts too
+    if getattr(action, "stoppable", False) is True:
+        return
     if not (inspect.iscoroutinefunction(action) or inspect.iscoroutinefunction(call)):
         raise ValueError(
             f"overlap=Overlap.REPLACE stops the run in flight, and {action!r} cannot be "

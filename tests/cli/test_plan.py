@@ -170,8 +170,7 @@ def test_the_scheduling_controls_in_a_plan(tmp_path: Path) -> None:
     ("keys", "message"),
     [
         ('overlap = "sometimes"', "key 'overlap': 'sometimes' is not one of buffer, skip"),
-        ('overlap = "replace"', "key 'overlap': 'replace' is not available to cadence run"),
-        ("overlap = { allow = 3 }", "it runs one run at a time"),
+        ("overlap = { allow = 0 }", "key 'overlap': allow = 0 is not an int >= 1"),
         ('deadline = "soon"', "key 'deadline': 'soon' is not a duration"),
         ('jitter = "-1s"', "key 'jitter'"),
         ("max_runs = 0", "key 'max_runs': 0 is not an int >= 1"),
@@ -189,6 +188,25 @@ def test_bad_control_keys_are_refused_with_the_key_named(
     )  # fmt: skip
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_replace_is_for_command_jobs_whose_process_group_can_be_ended(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[[jobs]]\nid = "x"\nevery = "1h"\ncall = "os:getcwd"\noverlap = "replace"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cadence", "plan", str(jobs)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "key 'overlap': 'replace' stops the run in flight" in done.stderr
+    assert "not a 'call' job's" in done.stderr
+    jobs.write_text('[[jobs]]\nid = "x"\nevery = "1h"\ncommand = "true"\noverlap = "replace"\n')
+    assert subprocess.run(
+        [sys.executable, "-m", "cadence", "plan", str(jobs)],
+        capture_output=True, text=True, timeout=60, check=False,
+    ).returncode == 0  # fmt: skip
 
 
 def test_a_one_off_job_has_no_recurring_controls(tmp_path: Path) -> None:

@@ -371,3 +371,54 @@ def test_backfill_from_another_process_runs_each_missed_slot_once(cli: Cli) -> N
     assert cli("backfill", "t", "--from=-1h", "--until=-2h").returncode == 2
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
+
+
+def test_a_job_under_allow_n_runs_that_many_at_once_and_no_more(cli: Cli) -> None:
+    """``overlap = { allow = 2 }``: runs of 0.9 s every 0.3 s, two in flight at once
+    (never three), each with its own slot and key; every slot runs, none twice."""
+    cli.write(
+        '[[jobs]]\nid = "crawl"\nevery = "0.3s"\noverlap = { allow = 2 }\n'
+        'command = ["sh", "-c", "echo start $CADENCE_KEY >> $OUT; sleep 0.9; '
+        'echo end $CADENCE_KEY >> $OUT"]\n'
+    )
+    proc = cli.start()
+    cli.wait(lambda: sum(line.startswith("end") for line in cli.lines()) >= 6, 60)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    flying, most = 0, 0
+    for line in cli.lines():
+        flying += 1 if line.startswith("start") else -1
+        most = max(most, flying)
+    assert most == 2
+    starts = [line.split()[1] for line in cli.lines() if line.startswith("start")]
+    assert len(starts) == len(set(starts))  # each slot once, under its own key
+    history = cli.json("history", "crawl", "--limit", "100")
+    assert sorted(h["at"] for h in history) == sorted(float(k.split("@")[1]) for k in starts)
+    assert {h["result"] for h in history} == {"ok"}
+
+
+def test_a_job_under_replace_ends_the_command_in_flight_for_the_next_slot(cli: Cli) -> None:
+    """``overlap = "replace"``: a command still running when its next slot falls due
+    has its process group ended (recorded ``cancelled``, not retried); the next slot's
+    command starts once it has, so two never run at once."""
+    cli.write(
+        '[[jobs]]\nid = "sync"\nevery = "1s"\noverlap = "replace"\nmax_retries = 2\n'
+        'command = ["sh", "-c", "echo start $CADENCE_KEY >> $OUT; sleep 3; '
+        'echo end $CADENCE_KEY >> $OUT"]\n'
+    )
+    proc = cli.start()
+    cli.wait(lambda: sum(line.startswith("start") for line in cli.lines()) >= 3, 60)
+    proc.send_signal(signal.SIGTERM)  # the run in flight then is let finish
+    assert proc.wait(60) == 0
+    history = cli.json("history", "sync", "--limit", "100")
+    replaced = {f"sync@{h['slot']!r}" for h in history if h["result"] == "cancelled"}
+    assert len(replaced) >= 2
+    assert all(
+        "replaced by its next slot" in h["error"] for h in history if h["result"] == "cancelled"
+    )
+    ended = {line.split()[1] for line in cli.lines() if line.startswith("end")}
+    assert not ended & replaced  # each replaced command was ended before its end
+    assert {h["attempt"] for h in history} == {0}  # a replaced run is not retried
+    spans = sorted((h["started"], h["finished"]) for h in history)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end <= start  # one at a time: the next started once the last had ended

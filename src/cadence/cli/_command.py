@@ -3,8 +3,10 @@
 The run's facts reach the command as environment variables (pinned in
 ``docs/cli.md``): ``CADENCE_TASK_ID``, ``CADENCE_SLOT`` (``repr(float)``),
 ``CADENCE_ATTEMPT``, ``CADENCE_KEY``. A non-zero exit, a signal or the
-timeout fails the run (the whole group is killed on timeout); a command the
-node's own shutdown stops is given back, to run again with the same key
+timeout fails the run (the whole group is killed on timeout); a command whose
+job is cancelled, or whose run ``overlap = "replace"`` replaces, is ended the
+same way (``RunCancelled``, not retried); a command the node's own shutdown
+stops is given back, to run again with the same key
 (:class:`~cadence.durable.GivenBack`); the tail of the output is kept with
 the outcome.
 """
@@ -36,9 +38,10 @@ KILL_GRACE = 5.0
 
 log = logging.getLogger("cadence.cli")
 
-_running: dict[subprocess.Popen[bytes], object] = {}  # each running command: its job id
+_running: dict[subprocess.Popen[bytes], tuple[object, object]] = {}  # job id, run's time
 _given_back: set[subprocess.Popen[bytes]] = set()  # stopped by stop_all
-_cancelled: dict[subprocess.Popen[bytes], float] = {}  # ended as its job was cancelled: when
+# Ended as its job was cancelled, or as Overlap.REPLACE replaced it: when, and which
+_cancelled: dict[subprocess.Popen[bytes], tuple[float, str]] = {}
 _lock = threading.Lock()
 
 
@@ -109,17 +112,17 @@ def run_command(
         where = "" if cwd is None else f" in {cwd!r}"
         raise CommandError(f"cannot start {what!r}{where}: {exc.strerror}") from None
     with _lock:
-        _running[proc] = run.task_id
+        _running[proc] = (run.task_id, run.at)
     try:
         timed_out = _collect(proc, timeout, tail := _Tail(), run.task_id)
     finally:
         with _lock:
             _running.pop(proc, None)
-            cancelled = _cancelled.pop(proc, None) is not None
+            cancelled = _cancelled.pop(proc, (0, None))[1]
     text = tail.text()
     if cancelled:
         raise RunCancelled(
-            f"cancelled while it ran: its process group was ended (exit status "
+            f"{cancelled} while it ran: its process group was ended (exit status "
             f"{proc.returncode}); output:\n{text}"
         )
     if proc in _given_back:  # stopped by this node's shutdown (stop_all): not a failure
@@ -138,6 +141,11 @@ def run_command(
         )
         raise CommandError(_failure(how, text))
     return text
+
+
+run_command.stoppable = True  # type: ignore[attr-defined]
+"""A run can be stopped mid-run (its process group), as ``Overlap.REPLACE`` needs:
+:func:`stop_replaced`, which ``cadence run`` calls on ``RUN_REPLACED``."""
 
 
 def _failure(how: str, output: str) -> str:
@@ -262,10 +270,10 @@ def stop_cancelled(status_of: Callable[[str], object], grace: float = KILL_GRACE
     with _lock:
         running = list(_running.items())
     now = time.monotonic()
-    for proc, job in running:
+    for proc, (job, _) in running:
         signalled = _cancelled.get(proc)
         if signalled is not None:
-            if now - signalled >= grace:
+            if now - signalled[0] >= grace:
                 _kill_group(proc)
             continue
         try:
@@ -273,11 +281,31 @@ def stop_cancelled(status_of: Callable[[str], object], grace: float = KILL_GRACE
         except Exception:  # the store is down: try again on the next call
             continue
         if cancelled:
-            with _lock:
-                _cancelled[proc] = now
+            _end(proc, "cancelled", now)
             log.info("job %r: cancelled while running: ending its command", job)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
+
+
+def stop_replaced(job: object, at: object) -> bool:
+    """End the command of job ``job``'s run at ``at`` (``Overlap.REPLACE`` replaced it:
+    ``RUN_REPLACED``): SIGTERM to its process group, SIGKILL after the grace
+    :func:`stop_cancelled` gives. Its run ends in :class:`~cadence.durable.RunCancelled`,
+    not retried; the slot that replaced it runs once it has ended. Whether such a
+    command was running. O(commands running)."""
+    with _lock:
+        found = [proc for proc, run in _running.items() if run == (job, at)]
+    for proc in found:
+        _end(proc, "replaced by its next slot (overlap = replace)", time.monotonic())
+        log.info("job %r: its run at %r is replaced by the next slot: ending its command",
+                 job, at)  # fmt: skip
+    return bool(found)
+
+
+def _end(proc: subprocess.Popen[bytes], why: str, now: float) -> None:
+    """SIGTERM ``proc``'s process group, its run to end in ``RunCancelled`` (``why``)."""
+    with _lock:
+        _cancelled.setdefault(proc, (now, why))
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
 
 
 def stop_all(grace: float = KILL_GRACE) -> None:

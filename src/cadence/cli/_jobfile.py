@@ -353,7 +353,7 @@ def _job(
     job = Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout,
               _on_failure(raw, key), _ping(raw, key))  # fmt: skip
     if "overlap" in raw:
-        job.overlap = _overlap(raw["overlap"], key("overlap"))
+        job.overlap = _overlap(raw["overlap"], key("overlap"), does)
     if "deadline" in raw:
         job.deadline = duration(raw["deadline"], key("deadline"))
     if "jitter" in raw:
@@ -368,20 +368,23 @@ def _job(
     return job
 
 
-def _overlap(value: Any, what: str) -> Overlap:
-    """``overlap``: the name of an overlap policy, or ``{ allow = N }``; ``"replace"`` and
-    ``allow`` are refused, with the reason: a stored job runs one run at a time."""
-    if (isinstance(value, str) and value == "replace") or (
-        isinstance(value, dict) and set(value) == {"allow"}
-    ):
+def _overlap(value: Any, what: str, does: str) -> Overlap:
+    """``overlap``: the name of an overlap policy, or ``{ allow = N }``; ``"replace"``
+    only for a ``command`` job (``does``), whose process group is what can be stopped."""
+    if isinstance(value, str) and value == "replace" and does != "command":
         raise JobFileError(
-            f"{what}: {value!r} is not available to cadence run yet: a stored job holds one "
-            'lease, so it runs one run at a time; use "buffer" or "skip" (several '
-            "runs at once: several jobs)"
+            f"{what}: 'replace' stops the run in flight, and only a 'command' job's run "
+            f"can be stopped (its process group), not a {does!r} job's; use "
+            '"skip", "buffer" or { allow = N }'
         )
+    if isinstance(value, dict) and set(value) == {"allow"}:
+        limit = value["allow"]
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise JobFileError(f"{what}: allow = {limit!r} is not an int >= 1")
+        return Overlap.allow(limit)
     if isinstance(value, str) and value in MODES:
         return Overlap.named(value)
-    raise JobFileError(f"{what}: {value!r} is not one of buffer, skip")
+    raise JobFileError(f"{what}: {value!r} is not one of buffer, skip, replace, {{ allow = N }}")
 
 
 def _on_failure(raw: dict[str, Any], key: Callable[[str], str]) -> str | list[str] | None:

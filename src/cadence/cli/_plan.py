@@ -42,6 +42,7 @@ def plan(
     for job in jobs:
         options = job.options()
         del options["args"], options["kwargs"], options["max_retries"], options["retry"]
+        del options["overlap"]  # each planned run takes no time: none overlaps another
         scheduler.schedule(job.id, job.when, _nothing, **options)
     runs: list[tuple[Job, float, float]] = []
     while len(runs) < MAX_RUNS:

@@ -31,6 +31,23 @@ from cadence.store import StoreError
 log = logging.getLogger("cadence.cli")
 
 
+def _listen(sched: DurableScheduler, notifier: Notifier) -> Callable[[], None]:
+    """What ``cadence run`` hears of its runs: each start (for the notifier's pings), and
+    each run ``overlap = "replace"`` replaces (its command is ended). Returns the undo."""
+    undo = [
+        sched.add_listener(notifier.started, EventKind.RUN_STARTED),
+        sched.add_listener(
+            lambda event: _command.stop_replaced(event.task_id, event.at), EventKind.RUN_REPLACED
+        ),
+    ]
+
+    def unlisten() -> None:
+        for stop in undo:
+            stop()
+
+    return unlisten
+
+
 def serve(
     sched: DurableScheduler,
     jobs: list[Job],
@@ -70,7 +87,7 @@ def serve(
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cadence-job")
     notifier = Notifier(sched)
     runner = Runner(sched, executor=pool, on_outcome=notifier.outcome)
-    unlisten = sched.add_listener(notifier.started, EventKind.RUN_STARTED)
+    unlisten = _listen(sched, notifier)
     server = None
     try:
         if web is not None:
