@@ -51,6 +51,10 @@ def test_deadline_skips_every_hopeless_slot_and_the_schedule_goes_on(make_sched:
     assert sched.next_run_time("t") == 20
     (run,) = sched.tick(44)  # slots 20 and 30 are past their deadline, 40 is in time
     assert (run.at, run.skipped, dict(run.skipped_by)) == (40, 3, {"deadline": 3})
+    info = sched.info("t")
+    assert info is not None
+    assert info.last_outcome is not None
+    assert dict(info.last_outcome.skipped_by) == {"deadline": 3}  # as read back, in a store
     (run,) = sched.tick(55)  # exactly at its deadline: still in time
     assert (run.at, run.skipped) == (50, 0)
     assert sched.status("t") is Status.SCHEDULED

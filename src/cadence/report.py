@@ -90,11 +90,13 @@ def status_entry(entry: Entry) -> dict[str, Any]:
 def history_entry(o: OutcomeRow) -> dict[str, Any]:
     """One recorded run as ``cadence history --json`` and ``GET /api/jobs/{id}/history``
     show it: ``at``, ``result``, ``attempt``, ``error``, ``started``, then ``slot``,
-    ``finished``, ``skipped``, ``owner``, ``output``. O(1)."""
+    ``finished``, ``skipped`` (and ``skipped_by``: the same by reason), ``owner``,
+    ``output``. O(1)."""
     return {
         "at": o.at, "result": o.result, "attempt": o.attempt, "error": o.error,
         "started": o.started, "slot": o.slot, "finished": o.finished,
-        "skipped": o.skipped, "owner": o.owner, "output": o.value,
+        "skipped": o.skipped, "skipped_by": dict(o.skips()), "owner": o.owner,
+        "output": o.value,
     }  # fmt: skip
 
 

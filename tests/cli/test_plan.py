@@ -192,9 +192,7 @@ def test_bad_control_keys_are_refused_with_the_key_named(
 
 def test_replace_is_for_command_jobs_whose_process_group_can_be_ended(tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.toml"
-    jobs.write_text(
-        '[[jobs]]\nid = "x"\nevery = "1h"\ncall = "os:getcwd"\noverlap = "replace"\n'
-    )
+    jobs.write_text('[[jobs]]\nid = "x"\nevery = "1h"\ncall = "os:getcwd"\noverlap = "replace"\n')
     done = subprocess.run(
         [sys.executable, "-m", "cadence", "plan", str(jobs)],
         capture_output=True, text=True, timeout=60, check=False,

@@ -255,7 +255,7 @@ def test_a_store_written_before_the_action_index_opens_migrates_and_runs(
     db = sqlite3.connect(path)
     try:
         assert db.execute("SELECT value FROM cadence_meta WHERE key = 'schema_version'"
-                          ).fetchone() == (2,)  # fmt: skip
+                          ).fetchone() == (3,)  # fmt: skip
         indexes = {name for (name,) in db.execute("SELECT name FROM sqlite_master "
                                                   "WHERE type = 'index'")}  # fmt: skip
     finally:

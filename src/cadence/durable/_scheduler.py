@@ -37,6 +37,7 @@ from cadence._types import (
     CLAIMED,
     FINISHED,
     LEASED,
+    NO_SKIPS,
     RELEASED,
     Action,
     Result,
@@ -903,7 +904,7 @@ class DurableScheduler(Scheduler):
             started = o.finished if o.started is None else o.started
             outcome = RunOutcome(
                 row.task_id, o.at, Result(o.result), error, o.attempt, started, o.skipped,
-                value_from(o.value),
+                value_from(o.value), o.skips() if o.skipped_by else NO_SKIPS,
             )  # fmt: skip
         try:
             schedule = None if row.unreadable else _codec.schedule_from(row.spec["schedule"])

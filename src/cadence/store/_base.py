@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from cadence._types import CLAIMED, FINISHED, LEASED, Status, Time, sql_set
+from cadence._types import CLAIMED, FINISHED, LEASED, NO_SKIPS, Skips, Status, Time, sql_set
 
 T = TypeVar("T")
 
@@ -49,7 +49,8 @@ of the row as claimed, which the ``version`` check guarantees are still the stor
 
 
 OUTCOME_COLUMNS = (
-    "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner, value"
+    "task_id, slot, attempt, fence, at, result, error, started, finished, skipped, owner, value, "
+    "skipped_by"
 )
 """The columns of a stored outcome, in :class:`OutcomeRow`'s order."""
 
@@ -291,7 +292,9 @@ class OutcomeRow(NamedTuple):
     idempotency key is ``f"{task_id}@{slot!r}"``), ``at`` the run's own time
     (the slot, or its retry time), ``result`` ``ok``/``retry``/``failed``,
     ``error`` the failure as text, ``skipped`` the slots its misfire policy
-    skipped just before it, ``owner`` the node that ran it, ``value`` what the
+    skipped just before it (``skipped_by``: the same by reason, as JSON, e.g.
+    ``{"deadline": 2}``, or ``None`` when none was or a store written before
+    kept only the count), ``owner`` the node that ran it, ``value`` what the
     action returned, as text (a command job's output tail), bounded.
     """
 
@@ -307,6 +310,14 @@ class OutcomeRow(NamedTuple):
     skipped: int = 0
     owner: str | None = None
     value: str | None = None
+    skipped_by: str | None = None
+
+    def skips(self) -> Skips:
+        """``skipped_by`` read back (as ``RunOutcome.skipped_by``); for a row that kept
+        only the count (written before it), that count as ``misfire``'s. O(reasons)."""
+        if self.skipped_by:
+            return Skips(json.loads(self.skipped_by))
+        return Skips({"misfire": self.skipped}) if self.skipped else NO_SKIPS
 
 
 class Listed(NamedTuple):
@@ -321,8 +332,8 @@ def outcome_from(found: Sequence[Any], decode: Callable[[Any], Any] = _same) -> 
     through ``decode``), or ``None`` for the NULLs of an outer join that found none."""
     if found[0] is None:
         return None
-    t, s, a, f, at, r, e, st, fi, sk, o, v = found
-    return OutcomeRow(t, decode(s), a, f, decode(at), r, e, decode(st), decode(fi), sk, o, v)
+    t, s, a, f, at, r, e, st, fi, sk, o, v, by = found
+    return OutcomeRow(t, decode(s), a, f, decode(at), r, e, decode(st), decode(fi), sk, o, v, by)
 
 
 @dataclass(slots=True)

@@ -66,7 +66,7 @@ from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RETRIES = 5
 """Attempts of one transaction that hit a unique violation or a lost connection."""
 LOCK_TIMEOUT = 5.0
@@ -132,6 +132,9 @@ def _migrations(p: str) -> list[list[str]]:
             f"DROP INDEX IF EXISTS {p}due",
             f"CREATE INDEX {p}due_by_action ON {p}tasks (action, due, priority, seq) "
             "WHERE status = 'scheduled' AND NOT paused",
+        ],
+        [  # a run's skipped slots by reason (see SQLite's step)
+            f"ALTER TABLE {p}outcomes ADD COLUMN IF NOT EXISTS skipped_by text",
         ],
     ]
 
@@ -852,7 +855,8 @@ def _due_sql(p: str, column: str, *, claim: bool) -> str:
 
 def _outcome_values(o: OutcomeRow) -> tuple[Any, ...]:
     return (o.task_id, _num(o.slot), o.attempt, o.fence, _num(o.at), o.result, o.error,
-            _num(o.started), _num(o.finished), o.skipped, o.owner, o.value)  # fmt: skip
+            _num(o.started), _num(o.finished), o.skipped, o.owner, o.value,
+            o.skipped_by)  # fmt: skip
 
 
 def _expected_params(edit: Edit) -> tuple[Any, ...] | None:

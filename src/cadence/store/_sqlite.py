@@ -52,7 +52,7 @@ from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema this code writes; an older one is migrated forward, a newer one refused."""
 
 BUSY_TIMEOUT = 30.0
@@ -120,6 +120,9 @@ def _migrations(p: str) -> list[list[str]]:
             f"DROP INDEX IF EXISTS {p}due",
             f"CREATE INDEX {p}due_by_action ON {p}tasks (action, due, priority, seq) "
             "WHERE status = 'scheduled' AND paused = 0",
+        ],
+        [  # a run's skipped slots by reason (misfire, overlap, deadline), as JSON
+            f"ALTER TABLE {p}outcomes ADD COLUMN skipped_by TEXT",
         ],
     ]
 
