@@ -302,7 +302,7 @@ def outcome_row(
         outcome.skipped,
         row.owner,
         _value_text(outcome.value),
-        skips_text(outcome.skipped_by),
+        None if not outcome.skipped else skips_text(outcome.skipped_by),
     )
 
 

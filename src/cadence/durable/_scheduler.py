@@ -929,7 +929,7 @@ class DurableScheduler(Scheduler):
             task = self._claim_from_store(now, 1)
             if task is None:
                 return outcomes
-            _engine_of(task).start(task)
+            (task.engine if task.__class__ is Held else _engine_of(task)).start(task)
             error = self._call(task)
             outcomes.append(self._complete(task, error, now, now))
             if error is not None and fatal(error):
@@ -975,7 +975,7 @@ class DurableScheduler(Scheduler):
             self._store_failed(exc)
             return None
         if task is not None and not queued:
-            _engine_of(task).start(task)
+            (task.engine if task.__class__ is Held else _engine_of(task)).start(task)
         return task
 
     def _store_failed(self, exc: Exception) -> None:
@@ -998,7 +998,7 @@ class DurableScheduler(Scheduler):
         with self._hold:
             while self._buffer:
                 task = self._buffer.popleft()
-                lease = self._lease_of(task)
+                lease = task if task.__class__ is Held else self._lease_of(task)
                 if lease.lost or lease.cancelled:
                     continue
                 if now < lease.until:
@@ -1054,7 +1054,7 @@ class DurableScheduler(Scheduler):
         are settled, and the claim goes on until a run is found or nothing is due.
         """
         now = self._store_time(now)
-        mine = self._flying_head()
+        mine = self._flying_head() if self._flying else None
         if mine is not None and mine <= now:  # a concurrent task held here may start a run
             if batch:
                 self._commit(batch)
@@ -1081,10 +1081,14 @@ class DurableScheduler(Scheduler):
                     self._release(task.row)
         with self._hold:
             for task in ready:
-                lease = _parent(task) if isinstance(task, Run) else task
-                held = self._held.get(_tid(task))
-                if held is None or held.fence != lease.fence or lease is task:
-                    self._held[_tid(task)] = lease
+                if task.__class__ is Held:
+                    self._held[task.task_id] = task  # type: ignore[index]
+                    continue
+                assert isinstance(task, Run)  # the lease its task's first run here took
+                lease, task_id = _parent(task), _tid(task)
+                held = self._held.get(task_id)
+                if held is None or held.fence != lease.fence:
+                    self._held[task_id] = lease
             self._buffer.extend(ready[1:])
         return ready[0]
 
@@ -1158,7 +1162,7 @@ class DurableScheduler(Scheduler):
         status = Status.QUEUED if again else Status.SCHEDULED
         task = restore(row, action, status, again=again)
         if isinstance(action, Bound):
-            action.bind(row.task_id, task.plan)
+            action.plan = task.plan
         return task
 
     def _claim_run(self, task: Held, now: Time, moved: list[Time]) -> Run | None:
@@ -1360,11 +1364,11 @@ class DurableScheduler(Scheduler):
 
     def _start(self, task: Held | Run) -> bool:  # type: ignore[override]
         """A worker picks up a claimed run: ``False`` if it was cancelled or its lease lost."""
-        lease = self._lease_of(task)
+        lease = task if task.__class__ is Held else self._lease_of(task)
         if lease.cancelled or lease.lost:
             return False
         with self._hold:  # status() reads it under the same lock
-            _engine_of(task).start(task)
+            (task.engine if task.__class__ is Held else _engine_of(task)).start(task)
         return True
 
     def _complete(  # type: ignore[override]
@@ -1572,8 +1576,8 @@ class DurableScheduler(Scheduler):
         one UPDATE, no read); otherwise ``complete`` decides again inside the
         transaction, from the row as it is then.
         """
-        if isinstance(task, Run):
-            return self._decided_run(task, error, started, finished)
+        if task.__class__ is not Held:
+            return self._decided_run(task, error, started, finished)  # type: ignore[arg-type]
         with self._hold:  # its run is over: no more heartbeats for it
             self._held.pop(task.task_id, None)  # type: ignore[call-overload]
         value = task.value
@@ -1640,7 +1644,7 @@ class DurableScheduler(Scheduler):
         """The outcome of a committed (or fenced-off) completion; wakes runners, emits."""
         if decided is None:
             # cancelled (and its id reused) while it ran: only reported
-            if self._lease_of(task).cancelled:
+            if (task if task.__class__ is Held else self._lease_of(task)).cancelled:
                 outcome = outcome._replace(result=Result.FAILED if error else Result.OK)
             else:
                 logger.warning(
@@ -1651,13 +1655,13 @@ class DurableScheduler(Scheduler):
                 )
         else:
             outcome = decided.value
-            if isinstance(task, Run):
-                if decided.row is not None:
-                    self._track(_tid(task), decided.row, _parent(task).fence)
-            elif self._wakeups and decided.requeued and decided.row is not None:
-                self._wake(decided.row.due)
-        if decided is None and isinstance(task, Run):
-            self._untrack(_tid(task), _parent(task).fence)
+            if task.__class__ is Held:
+                if self._wakeups and decided.requeued and decided.row is not None:
+                    self._wake(decided.row.due)
+            elif decided.row is not None:
+                self._track(_tid(task), decided.row, _parent(task).fence)  # type: ignore[arg-type]
+        if decided is None and task.__class__ is not Held:
+            self._untrack(_tid(task), _parent(task).fence)  # type: ignore[arg-type]
         if self._listeners:
             self._emit_outcome(outcome)
         return outcome
