@@ -11,7 +11,10 @@ For each target (Celery, RQ, Dramatiq, arq), on a throwaway Redis:
   slot waited), p50 and p99, from the outcomes;
 * **three nodes** (with ``$CADENCE_PG_DSN``: run it under
   ``tests/postgres_server.py``): the same slots on PostgreSQL, drained by three
-  node processes.
+  node processes (the fault tests' worker: claim batch 1, no pool);
+* **three nodes, spread**: the ``N`` slots as the backlogs of ``N / 10`` tasks
+  instead of 10, drained by three nodes that claim 32 runs at a time and publish
+  on a pool of 4 threads each (what a deployment that hands off many jobs runs).
 
 * **Celery beat** (the peer cadence replaces), driven in-process: its own
   ``celery.beat.Scheduler`` with ``N`` entries, each due now (beat runs a
@@ -113,17 +116,19 @@ def celery_beat(url: str) -> dict[str, Any]:
             "lag_p99": waits[int(N * 0.99) - 1]}  # fmt: skip
 
 
-def drain(sched: DurableScheduler, target: str, start: float) -> None:
-    """Schedule N past slots (10 tasks), all due now."""
-    per = N // 10
-    for i in range(10):
-        sched.schedule(f"{target}{i}", FixedRate(1, start=start), handoff.publish,
+def drain(sched: DurableScheduler, target: str, start: float, tasks: int = 10) -> list[str]:
+    """Schedule N past slots (the backlogs of ``tasks`` tasks), all due now; their ids."""
+    per = N // tasks
+    ids = [f"{target}{i}" for i in range(tasks)]
+    for task_id in ids:
+        sched.schedule(task_id, FixedRate(1, start=start), handoff.publish,
                        kwargs=handoff.message(target, NAMES[target], broker="bench"),
                        end=start + per - 1)  # fmt: skip
+    return ids
 
 
-def figures(sched: DurableScheduler, target: str, began: float, took: float) -> dict[str, Any]:
-    outcomes = [o for i in range(10) for o in sched.history(f"{target}{i}", N)]
+def figures(sched: DurableScheduler, ids: list[str], began: float, took: float) -> dict[str, Any]:
+    outcomes = [o for task_id in ids for o in sched.history(task_id, N)]
     ok = [o for o in outcomes if o.result == "ok"]
     waits = sorted(float(o.started or 0) - began for o in ok)
     p50, p99 = waits[len(waits) // 2], waits[int(len(waits) * 0.99) - 1]
@@ -133,19 +138,18 @@ def figures(sched: DurableScheduler, target: str, began: float, took: float) -> 
 def one_node(target: str, where: Path) -> dict[str, Any]:
     sched = DurableScheduler(SQLiteStore(where / f"{target}.db"))
     start = float(int(time.time()) - N)
-    drain(sched, target, start)
-    ids = [f"{target}{i}" for i in range(10)]
+    ids = drain(sched, target, start)
     began = time.time()
     with Runner(sched):
         while not all(sched.status(i) == "done" for i in ids):
             time.sleep(0.01)
     took = time.time() - began
-    result = figures(sched, target, began, took)
+    result = figures(sched, ids, began, took)
     sched.store.close()
     return result
 
 
-def three_nodes(target: str, url: str) -> dict[str, Any] | None:
+def three_nodes(target: str, url: str, *, spread: bool = False) -> dict[str, Any] | None:
     dsn = os.environ.get("CADENCE_PG_DSN")
     if not dsn:
         return None
@@ -153,8 +157,8 @@ def three_nodes(target: str, url: str) -> dict[str, Any] | None:
 
     prefix = f"b{uuid.uuid4().hex[:8]}_"
     sched = DurableScheduler(PostgresStore(dsn, prefix=prefix))
-    ids = [f"{target}{i}" for i in range(10)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CADENCE_BROKER_BENCH": url, "LEASE": "5"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CADENCE_BROKER_BENCH": url, "LEASE": "5",
+           **({"BATCH": "32", "WORKERS": "4"} if spread else {})}  # fmt: skip
     ready = [Path(tempfile.mkdtemp()) / "ready" for _ in range(3)]
     nodes = [
         subprocess.Popen(
@@ -169,7 +173,7 @@ def three_nodes(target: str, url: str) -> dict[str, Any] | None:
         while not all(mark.exists() for mark in ready):  # timed from the slots, not start-up
             time.sleep(0.05)
         began = time.time()
-        drain(sched, target, float(int(began) - N))
+        ids = drain(sched, target, float(int(began) - N), N // 10 if spread else 10)
         while not all(sched.status(i) == "done" for i in ids):
             time.sleep(0.01)
         took = time.time() - began
@@ -177,7 +181,7 @@ def three_nodes(target: str, url: str) -> dict[str, Any] | None:
         for node in nodes:
             node.terminate()
             node.wait(30)
-    result = figures(sched, target, began, took)
+    result = figures(sched, ids, began, took)
     sched.store.close()
     return result
 
@@ -189,7 +193,8 @@ def main() -> None:
     try:
         for target in handoff.TARGETS:
             got = {"floor_per_s": floor(target), "one_node": one_node(target, where),
-                   "three_nodes": three_nodes(target, url)}  # fmt: skip
+                   "three_nodes": three_nodes(target, url),
+                   "three_spread": three_nodes(target, url, spread=True)}  # fmt: skip
             results[target] = got
             print(target, got, file=sys.stderr)
         results["celery_beat"] = celery_beat(url)
@@ -210,8 +215,9 @@ def main() -> None:
         "slot's publish (the last slot's is the whole drain).",
         "",
         "| target | floor msg/s | 1 node (SQLite) msg/s | x floor | lag p50 / p99 s | "
-        "3 nodes (PostgreSQL) msg/s | x floor | lag p50 / p99 s |",
-        "|---|---|---|---|---|---|---|---|",
+        "3 nodes (PostgreSQL) msg/s | x floor | lag p50 / p99 s | "
+        f"3 nodes, {N // 10} tasks, batch 32, pool 4: msg/s | x floor | lag p50 / p99 s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for target in handoff.TARGETS:
         got = results[target]
@@ -220,18 +226,19 @@ def main() -> None:
             f"| {target} | {base:.0f} | {one['per_s']:.0f} | {one['per_s'] / base:.2f} | "
             f"{one['lag_p50']:.2f} / {one['lag_p99']:.2f} | "
         )
-        row += (
-            "n/a | | |"
-            if three is None
-            else f"{three['per_s']:.0f} | {three['per_s'] / base:.2f} | "
-            f"{three['lag_p50']:.2f} / {three['lag_p99']:.2f} |"
-        )
+        for nodes in (three, got["three_spread"]):
+            row += (
+                "n/a | | |"
+                if nodes is None
+                else f"{nodes['per_s']:.0f} | {nodes['per_s'] / base:.2f} | "
+                f"{nodes['lag_p50']:.2f} / {nodes['lag_p99']:.2f} |"
+            )
         lines.append(row)
     beat, base = results["celery_beat"], results["celery"]["floor_per_s"]
     lines.append(
         f"| Celery beat ({N} entries due) | {base:.0f} | {beat['per_s']:.0f} | "
         f"{beat['per_s'] / base:.2f} | {beat['lag_p50']:.2f} / {beat['lag_p99']:.2f} | "
-        "one beat only | | |"
+        "one beat only | | | | | |"
     )
     (out / "handoff.md").write_text("\n".join(lines) + "\n")
 

@@ -136,7 +136,7 @@ def _fill(target: Target, sched: DurableScheduler, n: int, action: str, *, outco
                 rows.append(tuple(row))
                 if outcome:
                     done.append((f"{action}-{i:07d}", due - 60, 0, 1, due - 60, "ok", None,
-                                 due - 60, due - 59, 0, "bench", None))  # fmt: skip
+                                 due - 60, due - 59, 0, "bench", None, None))  # fmt: skip
             cursor.executemany(insert, rows)
             if done:
                 cursor.executemany(outcomes, done)

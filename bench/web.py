@@ -68,7 +68,7 @@ def fill(sched: DurableScheduler, insert: Any) -> None:
             batch.append((
                 f"job-{i:04}", slot, 0, 1, slot, "failed" if failed else "ok",
                 "RuntimeError: upstream timed out" if failed else None,
-                slot + 0.002, slot + 0.05, 0, "bench-node", None,
+                slot + 0.002, slot + 0.05, 0, "bench-node", None, None,
             ))  # fmt: skip
             if len(batch) == 50_000:
                 insert(batch)
@@ -113,7 +113,7 @@ def sqlite_latency(directory: str) -> dict[str, dict[str, float]]:
 
     def insert(rows: list[tuple[Any, ...]]) -> None:
         with sqlite3.connect(path) as db:
-            db.executemany(f"INSERT INTO cadence_outcomes VALUES ({', '.join('?' * 12)})", rows)
+            db.executemany(f"INSERT INTO cadence_outcomes VALUES ({', '.join('?' * 13)})", rows)
 
     fill(sched, insert)
     server = serve(DurableScheduler(SQLiteStore(path)))

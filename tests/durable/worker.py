@@ -7,7 +7,7 @@ that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
 (``time.time``) by the seconds written there. $ACTIONS registers names
 (``name=module:function,...``), as a deployed version of an application
 would. $READY_FILE is written once its runner started. $LEASE sets the lease
-(seconds), $WORKERS the runner's pool (none by default); on PostgreSQL,
+(seconds), $BATCH its claim batch (1), $WORKERS the runner's pool (none); on PostgreSQL,
 $FREEZE and $PG_TIMEOUT freeze the node inside a transaction (see
 ``_postgres``); $KILL_AT makes the process SIGKILL itself at one step of its
 first run: ``claimed`` (just after the claim committed),
@@ -143,7 +143,7 @@ def main() -> None:
         clock=lambda: time.time() + offset,
         lease=float(os.environ.get("LEASE", "1")),
         poll=0.05,
-        batch=1,
+        batch=int(os.environ.get("BATCH", "1")),
         imports=True,  # it runs what the test process stored
     )
     for entry in filter(None, os.environ.get("ACTIONS", "").split(",")):
