@@ -740,6 +740,30 @@ def test_concurrent_runs_share_one_lease_and_are_taken_over_together(store: Stor
     assert store.get("t").owner is None  # type: ignore[union-attr]
 
 
+def test_a_concurrent_task_resumed_elsewhere_goes_on_on_the_node_holding_it(
+    store: Store,
+) -> None:
+    """Only the node holding a concurrent task's lease claims its runs; a change another
+    process makes (here: resume) reaches that node by its next heartbeat at the latest."""
+    clock = ManualClock(0)
+    a = DurableScheduler(store, clock=clock, lease=30, node="a", imports=True)
+    b = DurableScheduler(store, clock=clock, lease=30, node="b", imports=True)
+    a.schedule("t", FixedRate(10), NOOP, overlap=Overlap.allow(2))
+    first = a._claim(0)
+    assert first is not None
+    assert b.pause("t")
+    assert a._claim(10) is None  # paused: nothing more starts
+    assert b.resume("t")
+    assert b._claim(10) is None  # still a's: its run at 0 is in flight
+    a._heartbeat(10)
+    second = a._claim(10)
+    assert second is not None
+    assert second.entry[0] == 10  # beside the run at 0, still in flight
+    for run in (first, second):
+        a._complete(run, None, 10, 10)
+    assert sorted(o.slot for o in a.history("t")) == [0, 10]
+
+
 def test_shift_leases_shortens_only_the_leases_past_its_bound(store: Store) -> None:
     """After a step back of the hosts' clocks: leases ending past ``beyond`` are
     shortened by ``by``; the others, and rows not in flight, are left as they are."""

@@ -645,6 +645,8 @@ class DurableScheduler(Scheduler):
         if changed:
             assert decided is not None
             assert decided.row is not None
+            if task_id in self._flying:  # a concurrent task held here: when it may go on
+                self._track(task_id, decided.row, decided.row.fence)
             if self._wakeups:
                 self._wake(decided.row.due)
             if event is not None and self._listeners:
@@ -1817,6 +1819,12 @@ class DurableScheduler(Scheduler):
                     task.cancelled = True
                 else:
                     task.until = now + self._lease
+            # A concurrent task whose runs this node holds, with no room for another when
+            # last written here, is looked at again: another process may have changed it
+            # since (resumed, triggered, rescheduled), and only this node may claim it.
+            for task_id, (version, at) in list(self._flying.items()):
+                if at is None:
+                    self._flying[task_id] = (version, now)
 
 
 def _import_prefixes(imports: object) -> tuple[str, ...]:
