@@ -37,7 +37,8 @@ class AsyncRunner(Driver):
     ``queued`` until a worker starts it). An action that returns an awaitable
     (an ``async def`` action) is awaited as its own asyncio task, so a slow
     coroutine delays no other task; its exception is the run's failure, with
-    retries as usual. A fixed-rate task never overlaps itself. A task
+    retries as usual. A fixed-rate task never overlaps itself (unless its
+    ``overlap=`` policy says so: ``Overlap.allow(n)``, ``REPLACE``). A task
     cancelled (``cancel()`` on this scheduler) while its coroutine runs has
     that coroutine cancelled: ``CancelledError`` is raised at its next
     ``await`` (it may clean up, as asyncio's cancellation always allows), and

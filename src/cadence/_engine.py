@@ -18,7 +18,9 @@ same primitives:
 
 A claimed run is its :class:`Task`: the task has at most one run in flight,
 because a task's next run is queued only when its current run completes. That
-is also why a fixed-rate task never overlaps itself under any driver.
+is also why a fixed-rate task never overlaps itself under any driver. The
+exception is asked for by name: a task under ``Overlap.allow(n)`` or
+``Overlap.REPLACE`` has runs of its own (:class:`Run`) beside it.
 
 Policies (retry delays, misfire handling, schedules, priorities, pause) live
 in a task's :class:`~cadence._policy.Plan`; a task with the contract's

@@ -44,8 +44,9 @@ class Runner(Driver):
     handed to it: the task is ``queued`` until a worker starts it, a slow
     action delays no other task, and a fixed-rate task never overlaps itself
     (its next slot is queued when its run completes and then catches up in
-    order). A cancelled queued run never starts. If the executor refuses work
-    (it was shut down), or drops a queued run, the run fails visibly with that
+    order), unless its ``overlap=`` policy lets it (``Overlap.allow(n)``). A
+    cancelled queued run never starts. If the executor refuses work (it was
+    shut down), or drops a queued run, the run fails visibly with that
     error (and is retried as usual). On a :class:`~cadence.DurableScheduler`
     with a ``ThreadPoolExecutor``, runs are claimed in step with the workers
     (at most one pool's worth waiting), leaving other due runs to other nodes.
