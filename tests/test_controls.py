@@ -551,6 +551,8 @@ def test_allow_n_retries_a_run_on_its_own(make_sched: Make) -> None:
     sched.schedule("t", FixedRate(10), once_each, overlap=Overlap.allow(2), max_retries=1)
     got = [(o.at, o.result, o.attempt) for o in sched.tick(10)]
     assert got == [(0, Result.RETRY, 0), (1, Result.OK, 1), (10, Result.RETRY, 0)]
+    # slot 10's retry is in flight (waiting): the task is running, on every store alike
+    assert (sched.status("t"), sched.next_run_time("t")) == (Status.RUNNING, None)
     assert [(o.at, o.attempt) for o in sched.tick(11)] == [(11, 1)]  # slot 10's retry
 
 

@@ -279,7 +279,11 @@ def slot_of(row: TaskRow) -> Time:
         first: Time = state["first_at"]
         return first
     nominal: Time | None = state.get("nominal")
-    return row.due if nominal is None else nominal
+    if nominal is not None:
+        return nominal
+    # (a concurrent task's row is due at a run's retry before its next slot, kept apart)
+    nxt: Time = state.get("next", row.due)
+    return nxt
 
 
 def outcome_row(

@@ -912,8 +912,9 @@ class DurableScheduler(Scheduler):
             schedule = None if row.unreadable else _codec.schedule_from(row.spec["schedule"])
         except StoreError:  # a kind a newer cadence wrote (see _refuse)
             schedule = None
+        due = row.state.get("next", row.due)  # a concurrent task's next slot, not a retry
         return task_info(
-            row.task_id, status, row.paused, row.due, schedule, row.state.get("attempt", 0),
+            row.task_id, status, row.paused, due, schedule, row.state.get("attempt", 0),
             row.due if row.unreadable else slot_of(row), outcome,
         )  # fmt: skip
 
