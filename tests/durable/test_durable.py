@@ -740,6 +740,26 @@ def test_concurrent_runs_share_one_lease_and_are_taken_over_together(store: Stor
     assert store.get("t").owner is None  # type: ignore[union-attr]
 
 
+def test_a_claimed_run_whose_lease_ran_out_before_it_started_is_left_to_a_takeover(
+    store: Store,
+) -> None:
+    """A run claimed ahead of a busy pool whose lease ran out before a worker was free
+    (a starved or stalled node) is not started, and its lease is renewed no more: it
+    runs out, and the run is taken over, rather than held by a heartbeat forever."""
+    clock = ManualClock(0)
+    a = DurableScheduler(store, clock=clock, lease=10, node="a", imports=True)
+    b = DurableScheduler(store, clock=clock, lease=10, node="b", imports=True)
+    a.schedule_once("one", 0, NOOP)
+    a.schedule_once("two", 0, NOOP)
+    first = a._claim(0, queued=True, room=2)  # both claimed: "two" waits for a worker
+    assert first is not None
+    assert a._claim(11, queued=True, room=0) is None  # "two"'s lease ran out at 10
+    a._heartbeat(11)
+    taken = b._claim(12)
+    assert isinstance(taken, Held)
+    assert (taken.task_id, taken.row.expiries) == ("two", 1)
+
+
 def test_a_concurrent_task_resumed_elsewhere_goes_on_on_the_node_holding_it(
     store: Store,
 ) -> None:

@@ -1003,11 +1003,13 @@ class DurableScheduler(Scheduler):
                 task = self._buffer.popleft()
                 lease = task if task.__class__ is Held else self._lease_of(task)
                 if lease.lost or lease.cancelled:
+                    self._abandon(task, lease)
                     continue
                 if now < lease.until:
                     return task
                 lease.lost = True  # not renewed in time: someone may have it now
                 logger.warning("task %r: lease ran out before its run started", task.task_id)
+                self._abandon(task, lease)
         with self._committed:  # a dispatcher's lingering completions: committed with its claim
             lingering = self._completions and self._linger_until > -float("inf")
             batch = self._take() if lingering else []
@@ -1365,10 +1367,22 @@ class DurableScheduler(Scheduler):
         held = self._held.get(_tid(task))
         return held if held is not None and held.fence == parent.fence else parent
 
+    def _abandon(self, task: Held | Run, lease: Held) -> None:
+        """A claimed run this node will not start (its lease ran out first, or was lost,
+        or its task was cancelled): its lease is renewed no more, so that it runs out
+        and whoever claims next (this node too) takes the run over, rather than this
+        node's heartbeat keeping a run no one runs. Called under ``_hold``. O(1)."""
+        task_id = _tid(task)
+        if self._held.get(task_id) is lease:
+            del self._held[task_id]
+            self._flying.pop(task_id, None)  # a concurrent task's runs share that lease
+
     def _start(self, task: Held | Run) -> bool:  # type: ignore[override]
         """A worker picks up a claimed run: ``False`` if it was cancelled or its lease lost."""
         lease = task if task.__class__ is Held else self._lease_of(task)
         if lease.cancelled or lease.lost:
+            with self._hold:
+                self._abandon(task, lease)
             return False
         with self._hold:  # status() reads it under the same lock
             (task.engine if task.__class__ is Held else _engine_of(task)).start(task)
@@ -1804,9 +1818,9 @@ class DurableScheduler(Scheduler):
     def _heartbeat(self, now: Time) -> None:
         """Extend this node's leases; learn which runs were lost or cancelled meanwhile."""
         with self._hold:
-            if not self._held:
-                return
-            ids = list(self._held)
+            ids = [task_id for task_id, task in self._held.items() if not task.lost]
+        if not ids:
+            return
         now = self._store_time(now)
         held = self._store.heartbeat(self._node, now, self._lease, ids)
         with self._hold:
