@@ -183,3 +183,37 @@ def test_a_broker_is_named_never_stored(tmp_path: Path, monkeypatch: pytest.Monk
         assert "pw" not in repr(row.spec)
     finally:
         sched.store.close()
+
+
+FIRST_PUBLISHES = """
+import sys, threading
+from cadence import RunContext, handoff
+assert "celery" not in sys.modules  # its first import is the one raced
+handoff.register_broker("gone", "redis://127.0.0.1:1/0")
+errors, barrier = [], threading.Barrier(8)
+def first(i):
+    call = handoff.message("celery", "t.name", broker="gone")
+    barrier.wait()
+    try:
+        handoff.publish(**call, run=RunContext(f"k{i}", 0.0, 0.0, 0))
+    except handoff.HandoffError as exc:
+        errors.append(str(exc))
+threads = [threading.Thread(target=first, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join(60)
+print(sum("client library is missing" in e for e in errors), len(errors))
+"""
+
+
+def test_first_publishes_from_a_pool_of_threads_all_find_the_client_library() -> None:
+    """Eight pool threads publishing at once in a fresh process, Celery imported by
+    none yet: each publish fails on the unreachable broker, not as "client library
+    is missing" (Celery replaces its own module while it is imported; unguarded, 6
+    of 15 cold starts had threads see it half made). Six processes at once."""
+    command = [sys.executable, "-c", FIRST_PUBLISHES]
+    procs = [
+        subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) for _ in range(6)
+    ]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert out.split() == ["0", "8"]
