@@ -35,7 +35,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector as _PrometheusCollector
 
-from cadence import Event, EventKind, Scheduler, Status
+from cadence import Event, EventKind, Result, Scheduler, Status
 from cadence.observe import Source, leases_of, source
 from cadence.store import redacted
 
@@ -49,6 +49,9 @@ LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 3
 
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 """Seconds, from a no-op to an hour-long job."""
+
+_RESULTS = {result: str(result) for result in Result}
+"""Each run result's label value (``str`` of an enum is a Python-level call, per run)."""
 
 
 class Collector(_PrometheusCollector):
@@ -92,9 +95,12 @@ class Collector(_PrometheusCollector):
 
     def _job(self, task_id: object) -> str:
         """The ``job`` label of a task: its id, or :data:`OTHER` past the cap."""
-        job = str(task_id)
-        if len(self._labels) >= self._max_jobs and job not in self._labels:
-            return OTHER  # (read without the lock: the set only grows, to the cap)
+        job = task_id if type(task_id) is str else str(task_id)
+        labels = self._labels
+        if job in labels:  # the usual case, read without the lock: the set only grows
+            return job
+        if len(labels) >= self._max_jobs:
+            return OTHER
         with self._lock:
             if job in self._labels:
                 return job
@@ -107,16 +113,21 @@ class Collector(_PrometheusCollector):
         """Count one of this process's runs. On the run's path, so plain tallies under
         one lock (about 3 us), turned into series only when scraped."""
         outcome = event.outcome
-        if outcome is None or self._scheduler is None:
+        scheduler = self._scheduler
+        if outcome is None or scheduler is None:
             return
         job = self._job(outcome.task_id)
         error = outcome.error
-        result = "cancelled" if type(error).__name__ == "RunCancelled" else str(outcome.result)
+        if error is not None and type(error).__name__ == "RunCancelled":
+            result = "cancelled"
+        else:
+            result = _RESULTS[outcome.result]
+        started = float(outcome.started)
         try:
-            took: float | None = float(self._scheduler.clock()) - float(outcome.started)
+            took: float | None = float(scheduler.clock()) - started
         except Exception:  # a failing clock costs a duration sample, never the run
             took = None
-        lag = float(outcome.lag)
+        lag = started - float(outcome.at)  # (RunOutcome.lag, without the property's call)
         with self._lock:
             key = (job, result)
             self._runs[key] = self._runs.get(key, 0) + 1

@@ -188,28 +188,37 @@ class MemorySource:
 
     def _on_event(self, event: Event) -> None:
         key = str(event.task_id)
+        outcome = event.outcome
+        if outcome is None:
+            with self._lock:
+                self._ids[key] = event.task_id
+            return
+        # On the run's path: the clock read once, for the run's end and the wall shift
+        now = self.scheduler.clock()
+        shift = self._shift(now)
+        error = outcome.error
+        at = outcome.at + shift
+        row = OutcomeRow(
+            key, at, outcome.attempt, 0, at, str(outcome.result),
+            None if error is None else f"{type(error).__name__}: {error}",
+            outcome.started + shift, now + shift, outcome.skipped, None,
+            None if outcome.value is None else repr(outcome.value)[:4000],
+            None if not outcome.skipped else OutcomeRow.skips_text(outcome.skipped_by),
+        )  # fmt: skip
         with self._lock:
             self._ids[key] = event.task_id
-            outcome = event.outcome
-            if outcome is None:
-                return
-            error = outcome.error
-            wall = self._wall
-            row = OutcomeRow(
-                key, wall(outcome.at), outcome.attempt, 0, wall(outcome.at),
-                str(outcome.result), None if error is None else f"{type(error).__name__}: {error}",
-                wall(outcome.started), wall(self.scheduler.clock()), outcome.skipped, None,
-                None if outcome.value is None else repr(outcome.value)[:4000],
-            )  # fmt: skip
             self._outcomes.setdefault(key, deque(maxlen=self._keep)).appendleft(row)
 
+    def _shift(self, now: float) -> float:
+        """What turns a time of the scheduler's clock (reading ``now``) into epoch
+        seconds: nothing on an epoch clock, else the clock's offset from
+        ``time.time()`` (a monotonic clock's times are shown, and exported, as
+        wall-clock times)."""
+        return 0.0 if self.scheduler.epoch else time.time() - now
+
     def _wall(self, t: float) -> float:
-        """A time of the scheduler's clock as epoch seconds: itself on an epoch clock,
-        else shifted by the clock's offset from ``time.time()`` now (a monotonic
-        clock's times are shown, and exported, as wall-clock times)."""
-        if self.scheduler.epoch:
-            return t
-        return t - self.scheduler.clock() + time.time()
+        """A time of the scheduler's clock as epoch seconds (see :meth:`_shift`)."""
+        return t + self._shift(self.scheduler.clock())
 
     def _infos(self) -> list[TaskInfo]:
         live = {str(info.task_id): info for info in self.scheduler.tasks()}

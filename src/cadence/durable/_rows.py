@@ -18,7 +18,7 @@ from typing import Any
 
 from cadence._engine import WINDOWS, Engine, Task, run_state
 from cadence._policy import Plan, jitter_offset
-from cadence._types import FINISHED, Action, RunCancelled, RunOutcome, Skips, Status, Time
+from cadence._types import FINISHED, Action, RunCancelled, RunOutcome, Status, Time
 from cadence.store import OutcomeRow, TaskRow
 
 from . import _codec
@@ -306,13 +306,8 @@ def outcome_row(
         outcome.skipped,
         row.owner,
         _value_text(outcome.value),
-        None if not outcome.skipped else skips_text(outcome.skipped_by),
+        None if not outcome.skipped else OutcomeRow.skips_text(outcome.skipped_by),
     )
-
-
-def skips_text(skips: Skips) -> str | None:
-    """A run's skipped slots by reason as an outcome row stores them (``None``: none)."""
-    return json.dumps(dict(skips), sort_keys=True) if skips else None
 
 
 VALUE_CHARS = 4000

@@ -312,6 +312,11 @@ class OutcomeRow(NamedTuple):
     value: str | None = None
     skipped_by: str | None = None
 
+    @staticmethod
+    def skips_text(skips: Skips) -> str | None:
+        """``skipped_by`` as a row stores it for a run's skips (``None``: none). O(reasons)."""
+        return json.dumps(dict(skips), sort_keys=True) if skips else None
+
     def skips(self) -> Skips:
         """``skipped_by`` read back (as ``RunOutcome.skipped_by``); for a row that kept
         only the count (written before it), that count as ``misfire``'s. O(reasons)."""
