@@ -593,14 +593,36 @@ def test_replace_stops_the_coroutine_in_flight_for_the_next_slot(make_sched: Mak
     assert (second.at, second.result) == (10, Result.OK)
 
 
+def test_update_switches_a_task_to_and_from_several_runs_at_once(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
+    sched.schedule("t", FixedRate(10), nothing)
+    assert sched.update("t", overlap=Overlap.allow(2))
+    runs = [sched._claim(10), sched._claim(10)]  # type: ignore[attr-defined]
+    assert [run.entry[0] for run in runs if run is not None] == [0, 10]  # two at once
+    with pytest.raises(ValueError, match="while 2 of its runs are in flight"):
+        sched.update("t", overlap=Overlap.BUFFER)
+    for run in runs:
+        sched._complete(run, None, 10, 10)  # type: ignore[attr-defined]
+    assert sched.update("t", overlap=Overlap.BUFFER)  # none in flight now
+    run = sched._claim(20)  # type: ignore[attr-defined]
+    assert run is not None
+    assert sched._claim(20) is None  # type: ignore[attr-defined]  # one at a time again
+    sched._complete(run, None, 20, 20)  # type: ignore[attr-defined]
+    assert sched.update("t", overlap=Overlap.allow(3))  # and again, from the next run on
+    with pytest.raises(ValueError, match="cannot be stopped: give an async def action"):
+        sched.update("t", overlap=Overlap.REPLACE)
+    sched.schedule("d", FixedDelay(10), nothing)
+    with pytest.raises(ValueError, match="needs slots that do not wait"):
+        sched.update("d", overlap=Overlap.allow(2))
+    assert ran(sched.tick(40)) == [30, 40]  # slots 30 and 40, under allow(3)
+
+
 def test_replace_is_refused_where_the_run_cannot_be_stopped(tmp_path: Any) -> None:
     sched = Scheduler(clock=ManualClock(0))
     with pytest.raises(ValueError, match="cannot be stopped: give an async def action"):
         sched.schedule("t", FixedRate(10), nothing, overlap=Overlap.REPLACE)
     with pytest.raises(ValueError, match="needs slots that do not wait"):
         sched.schedule("t", FixedDelay(10), nothing, overlap=Overlap.allow(2))
-    with pytest.raises(ValueError, match=r"cannot change a task's overlap to Overlap\.allow"):
-        sched.update("t", overlap=Overlap.allow(2))
     assert repr(Overlap.allow(4)) == "Overlap.allow(4)"
     assert Overlap.allow(1) is Overlap.BUFFER
     with pytest.raises(ValueError, match="n must be >= 1"):

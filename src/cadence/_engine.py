@@ -53,7 +53,7 @@ from ._types import (
     Time,
 )  # fmt: skip
 from ._validate import LIMIT, PLAIN, time_from
-from .schedules import Once
+from .schedules import FixedDelay, Once
 
 HISTORY = 10_000
 """Finished tasks whose status stays queryable; the oldest is forgotten first.
@@ -462,11 +462,18 @@ class Engine:
         if not found:
             return True
         plan = _plan_of(task)
-        if plan.concurrent and "overlap_skip" in found:
+        if found.get("concurrent") and isinstance(plan.schedule, FixedDelay):
+            raise ValueError(
+                f"overlap needs slots that do not wait for a run to end, not "
+                f"{plan.schedule!r} (each of its runs starts a delay after the previous "
+                "one finished)"
+            )
+        if plan.concurrent and "concurrent" in found and plan.inflight:
             raise ValueError(
                 f"update() cannot change the overlap of task {task_id!r} from "
-                f"{'Overlap.REPLACE' if plan.replace else f'Overlap.allow({plan.limit})'}: "
-                "schedule it again (replace_existing=True)"
+                f"{'Overlap.REPLACE' if plan.replace else f'Overlap.allow({plan.limit})'} "
+                f"while {plan.inflight} of its runs are in flight: change it once they "
+                "have ended, or schedule it again (replace_existing=True)"
             )
         if task.status is not SCHEDULED and not plan.concurrent:
             plan.pending = {**(plan.pending or {}), **found}

@@ -162,19 +162,25 @@ def changes(options: Mapping[str, Any]) -> dict[str, object]:
     if "priority" in options:
         check_priority(options["priority"])
         found["priority"] = options["priority"]
-    overlap = options.get("overlap")
-    if isinstance(overlap, Overlap) and overlap.concurrent:
-        raise ValueError(
-            f"update() cannot change a task's overlap to {overlap!r}: schedule it again "
-            "with it (replace_existing=True)"
-        )
     picked = {k: options.get(k) for k in ("overlap", "deadline", "jitter")}
     controls(probe, None, picked["overlap"], picked["deadline"], picked["jitter"], None, None)
     for name, attribute in (("overlap", "overlap_skip"), ("deadline", "deadline"),
                             ("jitter", "jitter")):  # fmt: skip
         if name in options:
             found[attribute] = getattr(probe, attribute)
+    if "overlap" in options:  # the whole policy: one of them, or several runs at once
+        found.update({name: getattr(probe, name) for name in OVERLAP_ATTRIBUTES})
     return found
+
+
+OVERLAP_ATTRIBUTES = ("concurrent", "limit", "replace")
+"""The plan attributes an overlap policy sets besides ``overlap_skip``."""
+
+
+def stoppable_action(action: object) -> object:
+    """The user's callable inside a task's stored action (a :class:`Bound` wraps it
+    with its arguments), for :func:`check_stoppable`."""
+    return action.action if isinstance(action, Bound) else action
 
 
 BACKFILL_MAX = 100_000
@@ -812,7 +818,11 @@ class Scheduler:
         ``modify_job``). The task keeps its id, schedule, place in it, status
         and history; a run in flight finishes as it began (its retries too are
         decided by the options it started with), and the changes apply to the
-        runs after it. ``False`` if the task is unknown or finished.
+        runs after it. ``overlap`` may switch a task to or from
+        ``Overlap.allow(n)``/``REPLACE`` while none of its runs is in flight
+        (then, or once its run in flight ends; a ``ValueError`` while several
+        runs of a concurrent task are). ``False`` if the task is unknown or
+        finished.
 
         Complexity: O(log n). Raises ``TypeError`` for an unknown option and
         what :meth:`schedule` raises for a bad value (with ``args``/``kwargs``:
@@ -824,8 +834,10 @@ class Scheduler:
 
         def change() -> bool:
             action = None
+            current = self._engine.action_of(task_id)
+            if found.get("replace") and current is not None:
+                check_stoppable(stoppable_action(current))
             if rebind:
-                current = self._engine.action_of(task_id)
                 if current is None:
                     return False
                 action = self._rebound(task_id, current, options)

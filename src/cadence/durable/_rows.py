@@ -18,6 +18,7 @@ from typing import Any
 
 from cadence._engine import WINDOWS, Engine, Task, run_state
 from cadence._policy import Plan, jitter_offset
+from cadence._scheduler import OVERLAP_ATTRIBUTES
 from cadence._types import FINISHED, Action, RunCancelled, RunOutcome, Status, Time
 from cadence.store import OutcomeRow, TaskRow
 
@@ -163,12 +164,12 @@ def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
             setattr(plan, key, value)
 
 
-_ATTRIBUTE = {"overlap": "overlap_skip"}
+_ATTRIBUTES = {"overlap": ("overlap_skip", *OVERLAP_ATTRIBUTES)}
 
 
 def _attributes(spec: dict[str, Any]) -> list[str]:
     """The plan attributes a spec fragment sets."""
-    return [_ATTRIBUTE.get(key, key) for key in spec]
+    return [name for key in spec for name in _ATTRIBUTES.get(key, (key,))]
 
 
 def spec_of(found: dict[str, object]) -> dict[str, Any]:
@@ -177,8 +178,15 @@ def spec_of(found: dict[str, object]) -> dict[str, Any]:
     Raises ``TypeError`` for a retry policy or ``retry_on`` a store cannot keep."""
     fragment: dict[str, Any] = {}
     for name, value in found.items():
-        if name == "overlap_skip":
-            fragment["overlap"] = "skip" if value else None
+        if name == "overlap_skip":  # the policy, from it and OVERLAP_ATTRIBUTES
+            probe = Plan()
+            probe.overlap_skip = bool(value)
+            for attribute in OVERLAP_ATTRIBUTES:
+                if attribute in found:
+                    setattr(probe, attribute, found[attribute])
+            fragment["overlap"] = overlap_spec(probe)
+        elif name in OVERLAP_ATTRIBUTES:
+            continue
         elif name == "retry":
             fragment["retry"] = _codec.retry_spec(value, 1)  # type: ignore[arg-type]
         elif name == "retry_on":

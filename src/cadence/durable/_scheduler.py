@@ -714,6 +714,9 @@ class DurableScheduler(Scheduler):
 
         def operation(task: Held) -> bool:
             spec = task.row.spec
+            function = self._callable(task.row.action) if found.get("replace") else None
+            if function is not None:  # (an action this process does not know: not checked)
+                check_stoppable(function)
             if call:
                 new: dict[str, Any] = {**spec, **call}
                 function = self._callable(task.row.action)
