@@ -597,17 +597,18 @@ def test_update_switches_a_task_to_and_from_several_runs_at_once(make_sched: Mak
     sched = make_sched(clock=ManualClock(0))
     sched.schedule("t", FixedRate(10), nothing)
     assert sched.update("t", overlap=Overlap.allow(2))
-    runs = [sched._claim(10), sched._claim(10)]  # type: ignore[attr-defined]
+    runs = [sched._claim(10), sched._claim(10)]
     assert [run.entry[0] for run in runs if run is not None] == [0, 10]  # two at once
     with pytest.raises(ValueError, match="while 2 of its runs are in flight"):
         sched.update("t", overlap=Overlap.BUFFER)
     for run in runs:
-        sched._complete(run, None, 10, 10)  # type: ignore[attr-defined]
+        assert run is not None
+        sched._complete(run, None, 10, 10)
     assert sched.update("t", overlap=Overlap.BUFFER)  # none in flight now
-    run = sched._claim(20)  # type: ignore[attr-defined]
+    run = sched._claim(20)
     assert run is not None
-    assert sched._claim(20) is None  # type: ignore[attr-defined]  # one at a time again
-    sched._complete(run, None, 20, 20)  # type: ignore[attr-defined]
+    assert sched._claim(20) is None  # one at a time again
+    sched._complete(run, None, 20, 20)
     assert sched.update("t", overlap=Overlap.allow(3))  # and again, from the next run on
     with pytest.raises(ValueError, match="cannot be stopped: give an async def action"):
         sched.update("t", overlap=Overlap.REPLACE)
