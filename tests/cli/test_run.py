@@ -373,15 +373,20 @@ def test_backfill_from_another_process_runs_each_missed_slot_once(cli: Cli) -> N
     assert proc.wait(30) == 0
 
 
+def _start_spans(cli: Cli, keys: str, sleep: float) -> subprocess.Popen[str]:
+    """``cadence run`` of one job (``keys``) whose command writes ``start KEY`` and
+    ``end KEY`` to $OUT around a sleep of ``sleep`` seconds."""
+    cli.write(
+        f'[[jobs]]\n{keys}\ncommand = ["sh", "-c", "echo start $CADENCE_KEY >> $OUT; '
+        f'sleep {sleep:g}; echo end $CADENCE_KEY >> $OUT"]\n'
+    )
+    return cli.start()
+
+
 def test_a_job_under_allow_n_runs_that_many_at_once_and_no_more(cli: Cli) -> None:
     """``overlap = { allow = 2 }``: runs of 0.9 s every 0.3 s, two in flight at once
     (never three), each with its own slot and key; every slot runs, none twice."""
-    cli.write(
-        '[[jobs]]\nid = "crawl"\nevery = "0.3s"\noverlap = { allow = 2 }\n'
-        'command = ["sh", "-c", "echo start $CADENCE_KEY >> $OUT; sleep 0.9; '
-        'echo end $CADENCE_KEY >> $OUT"]\n'
-    )
-    proc = cli.start()
+    proc = _start_spans(cli, 'id = "crawl"\nevery = "0.3s"\noverlap = { allow = 2 }', 0.9)
     cli.wait(lambda: sum(line.startswith("end") for line in cli.lines()) >= 6, 60)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
@@ -401,12 +406,7 @@ def test_a_job_under_replace_ends_the_command_in_flight_for_the_next_slot(cli: C
     """``overlap = "replace"``: a command still running when its next slot falls due
     has its process group ended (recorded ``cancelled``, not retried); the next slot's
     command starts once it has, so two never run at once."""
-    cli.write(
-        '[[jobs]]\nid = "sync"\nevery = "1s"\noverlap = "replace"\nmax_retries = 2\n'
-        'command = ["sh", "-c", "echo start $CADENCE_KEY >> $OUT; sleep 3; '
-        'echo end $CADENCE_KEY >> $OUT"]\n'
-    )
-    proc = cli.start()
+    proc = _start_spans(cli, 'id = "sync"\nevery = "1s"\noverlap = "replace"\nmax_retries = 2', 3)
     cli.wait(lambda: sum(line.startswith("start") for line in cli.lines()) >= 3, 60)
     proc.send_signal(signal.SIGTERM)  # the run in flight then is let finish
     assert proc.wait(60) == 0

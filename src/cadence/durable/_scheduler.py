@@ -1129,12 +1129,7 @@ class DurableScheduler(Scheduler):
             return self._claim_run(task, now, moved)
         if row.reclaimed:
             if row.expiries >= self._max_expiries:
-                task.engine.start(task)
-                error = LeaseExpired(
-                    f"the lease of task {row.task_id!r}'s run at {row.due!r} expired "
-                    f"{row.expiries} times"
-                )
-                self._complete(task, error, now, now)
+                self._fail_expired(task, task.engine, row, now)
                 return None
         else:
             claimed = task.engine.claim(now, queued=True)
@@ -1197,14 +1192,20 @@ class DurableScheduler(Scheduler):
             return None
         assert isinstance(run, Run)
         if row.reclaimed and row.expiries >= self._max_expiries:
-            task.engine.start(run)
-            error = LeaseExpired(
-                f"the lease of task {row.task_id!r}'s run at {run_at(run)!r} expired "
-                f"{row.expiries} times"
-            )
-            self._complete(run, error, now, now)
+            self._fail_expired(run, task.engine, row, now)
             return None
         return run
+
+    def _fail_expired(self, run: Held | Run, engine: Any, row: TaskRow, now: Time) -> None:
+        """A run taken over ``max_expiries`` times (a poison pill: it kills or stalls
+        every node that starts it) fails with :class:`LeaseExpired` instead of starting
+        again; its schedule goes on."""
+        engine.start(run)
+        error = LeaseExpired(
+            f"the lease of task {row.task_id!r}'s run at {run_at(run)!r} expired "
+            f"{row.expiries} times"
+        )
+        self._complete(run, error, now, now)
 
     def _reclaim(self, now: Time) -> Run | None:
         """The next run of a concurrent task whose lease this node holds, if one may
