@@ -382,6 +382,21 @@ def test_backfill_is_checked(make_sched: Make) -> None:
     assert sched.backfill("unknown", 0, 100) == 0
 
 
+def test_a_backfill_of_a_task_under_allow_n_runs_n_at_once(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(100))
+    sched.schedule("c", FixedRate(10), nothing, overlap=Overlap.allow(2))
+    with pytest.raises(ValueError, match=r"a backfill's own overlap is Overlap\.BUFFER"):
+        sched.backfill("c", 0, 100, overlap=Overlap.allow(3))
+    assert sched.backfill("c", 50, 100) == 5  # 50, 60, 70, 80, 90
+    runs = [sched._claim(100), sched._claim(100)]  # type: ignore[attr-defined]
+    assert [run.entry[0] for run in runs if run is not None] == [50, 60]  # two at once
+    assert sched._claim(100) is None  # type: ignore[attr-defined]
+    for run in runs:
+        assert run is not None
+        sched._complete(run, None, 100, 100)  # type: ignore[attr-defined]
+    assert ran(sched.tick(100), "c") == [70, 80, 90, 100]  # the rest, then the live slot
+
+
 def test_a_durable_backfill_does_not_run_a_recorded_slot_again(make_sched: Make) -> None:
     """A store knows which slots have a recorded outcome and skips them; memory keeps
     no history of outcomes, so it backfills every slot the live schedule passed."""

@@ -196,10 +196,17 @@ def window(start: object, end: object) -> tuple[Time, Time]:
 
 
 def backfill_overlap(overlap: object) -> bool:
-    """Whether a backfill's ``overlap`` queues nothing while a run is in flight."""
+    """Whether a backfill's ``overlap`` queues nothing while a run is in flight.
+    ``TypeError`` for a non-Overlap, ``ValueError`` for ``allow(n)``/``REPLACE``."""
     if overlap is not None and not isinstance(overlap, Overlap):
         raise TypeError(
             f"overlap must be a cadence.Overlap (Overlap.BUFFER, Overlap.SKIP), got {overlap!r}"
+        )
+    if overlap is not None and overlap.concurrent:
+        raise ValueError(
+            f"a backfill's own overlap is Overlap.BUFFER or Overlap.SKIP, not {overlap!r}: "
+            "its slots run as the task's runs do, so give the task overlap=Overlap.allow(n) "
+            "(update(task_id, overlap=...)) to run them several at once"
         )
     return overlap == Overlap.SKIP
 
