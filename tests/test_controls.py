@@ -388,12 +388,12 @@ def test_a_backfill_of_a_task_under_allow_n_runs_n_at_once(make_sched: Make) -> 
     with pytest.raises(ValueError, match=r"a backfill's own overlap is Overlap\.BUFFER"):
         sched.backfill("c", 0, 100, overlap=Overlap.allow(3))
     assert sched.backfill("c", 50, 100) == 5  # 50, 60, 70, 80, 90
-    runs = [sched._claim(100), sched._claim(100)]  # type: ignore[attr-defined]
+    runs = [sched._claim(100), sched._claim(100)]
     assert [run.entry[0] for run in runs if run is not None] == [50, 60]  # two at once
-    assert sched._claim(100) is None  # type: ignore[attr-defined]
+    assert sched._claim(100) is None
     for run in runs:
         assert run is not None
-        sched._complete(run, None, 100, 100)  # type: ignore[attr-defined]
+        sched._complete(run, None, 100, 100)
     assert ran(sched.tick(100), "c") == [70, 80, 90, 100]  # the rest, then the live slot
 
 
