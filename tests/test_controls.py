@@ -633,6 +633,18 @@ def test_update_switches_a_task_to_and_from_several_runs_at_once(make_sched: Mak
     assert ran(sched.tick(40)) == [30, 40]  # slots 30 and 40, under allow(3)
 
 
+def test_an_update_of_a_concurrent_task_with_a_run_in_flight_is_kept(make_sched: Make) -> None:
+    sched = make_sched(clock=ManualClock(0))
+    sched.schedule("t", FixedRate(10), nothing, overlap=Overlap.allow(2))
+    first = sched._claim(0)
+    assert first is not None
+    assert sched.update("t", max_retries=1)  # while the run at 0 is in flight
+    sched._complete(first, None, 0, 0)
+    run = sched._claim(10)
+    assert run is not None
+    assert sched._complete(run, ValueError("no"), 10, 10).result is Result.RETRY
+
+
 def test_replace_is_refused_where_the_run_cannot_be_stopped(tmp_path: Any) -> None:
     sched = Scheduler(clock=ManualClock(0))
     with pytest.raises(ValueError, match="cannot be stopped: give an async def action"):

@@ -723,7 +723,10 @@ class DurableScheduler(Scheduler):
                 if function is not None:
                     prepare(function, new["args"], new["kwargs"])  # the call shape
                 spec = new
-            if task.status not in LEASED:
+            assert task.plan is not None
+            # Stored at once unless a run in flight is to finish as it began (a concurrent
+            # task's changes apply at once: its runs are rebuilt from the spec)
+            if task.status not in LEASED or task.plan.concurrent:
                 spec = {**spec, **{k: v for k, v in fragment.items() if k != "priority"}}
             task.row.spec = spec  # replaced, never changed in place
             return task.engine.update(task.task_id, found)
