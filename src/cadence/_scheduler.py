@@ -1143,9 +1143,15 @@ class Scheduler:
             return task, self._engine.take_stops()
 
         task, stops = self._locked(claim)
-        for run in stops:  # Overlap.REPLACE: the runs in flight its driver is to stop
-            self._emit(Event(EventKind.RUN_REPLACED, run.task_id, run_at(run)))
+        self._replacing(stops)
         return task
+
+    def _replacing(self, stops: list[Any]) -> None:
+        """``Overlap.REPLACE`` decided to stop these runs in flight: say so to the runner
+        driving them (``RUN_REPLACED``: ``AsyncRunner`` cancels the coroutine, ``cadence
+        run`` ends the command). O(len(stops))."""
+        for run in stops:
+            self._emit(Event(EventKind.RUN_REPLACED, run.task_id, run_at(run)))
 
     def _start(self, task: Task) -> bool:
         """Move a queued run to running; ``False`` if it was cancelled (for runners)."""

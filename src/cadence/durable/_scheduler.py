@@ -1177,9 +1177,7 @@ class DurableScheduler(Scheduler):
         the task, with it in flight, is stored under this node's lease. A run taken
         over too many times fails with :class:`LeaseExpired`."""
         row = task.row
-        run = task.engine.claim(now, queued=True)
-        stops = task.engine.take_stops()
-        new, requeued = dump(task, keep_lease=True)
+        run, stops, new, requeued = _claimed_run(task, now)
         decided = self._store.modify(
             row.task_id, lambda _: Change(None, row=new, requeued=requeued), fence=row.fence
         )
@@ -1232,10 +1230,7 @@ class DurableScheduler(Scheduler):
             ) -> Change[Any]:
                 if row is None:
                     return Change(None)
-                task = self._restored(function, row, again=False)
-                run = task.engine.claim(now, queued=True)
-                stops = task.engine.take_stops()
-                new, requeued = dump(task, keep_lease=True)
+                run, stops, new, requeued = _claimed_run(self._restored(function, row), now)
                 return Change((run, stops), row=new, requeued=requeued)
 
             decided = self._store.modify(task_id, claim, fence=lease.fence)
@@ -1249,12 +1244,6 @@ class DurableScheduler(Scheduler):
             if run is not None:
                 return run  # type: ignore[no-any-return]
         return None
-
-    def _replacing(self, stops: list[Run]) -> None:
-        """Overlap.REPLACE decided to stop these runs (held by this node): say so to the
-        runner driving them (``RUN_REPLACED``; an async run is cancelled)."""
-        for run in stops:
-            self._emit(Event(EventKind.RUN_REPLACED, run.task_id, run_at(run)))
 
     def _flying_head(self) -> Time | None:
         """The earliest time a concurrent task held here may start a run, or ``None``."""
@@ -1906,6 +1895,16 @@ class _Completion(NamedTuple):
 class StoredError(Exception):
     """A run's error as read back from a store: its text (the exception itself stayed
     in the process that ran it)."""
+
+
+def _claimed_run(task: Held, now: Time) -> tuple[Task | None, list[Run], TaskRow, bool]:
+    """A concurrent task's next run claimed by its engine at ``now`` (``None``: none may
+    start), the runs ``REPLACE`` stops for it, and the row to store (its lease kept while
+    a run is in flight) with whether its run was queued anew. O(runs in flight)."""
+    run = task.engine.claim(now, queued=True)
+    stops = task.engine.take_stops()
+    new, requeued = dump(task, keep_lease=True)
+    return run, stops, new, requeued
 
 
 def _parent(run: Run) -> Held:
