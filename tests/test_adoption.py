@@ -20,10 +20,12 @@ import pytest
 import cadence
 from cadence import (
     AsyncRunner,
+    DurableScheduler,
     Event,
     EventKind,
     FixedRate,
     ManualClock,
+    Misfire,
     Once,
     RunContext,
     Runner,
@@ -32,6 +34,7 @@ from cadence import (
     TaskInfo,
 )
 from cadence.cron import Cron
+from cadence.store import MemoryStore
 from tests.helpers import Collector, rows
 
 # -- 1. calling existing functions ---------------------------------------------------
@@ -274,6 +277,32 @@ def test_listeners_hear_task_and_run_events_without_a_runner(caplog: Any) -> Non
     assert len(failures) == 2
     with pytest.raises(ValueError, match="kinds must be"):
         s.add_listener(print, "nope")
+
+
+def test_a_kind_is_heard_while_a_listener_wants_it_and_no_longer() -> None:
+    """Events no listener wants are not made; adding and removing listeners keeps
+    what is heard exact, skipped slots included, for memory and a store alike."""
+    stored = DurableScheduler(MemoryStore(), clock=ManualClock(0))
+    stored.register("ok", lambda at: None)
+    backends: list[tuple[Scheduler, Any]] = [
+        (Scheduler(clock=ManualClock(0)), lambda at: None),
+        (stored, "ok"),
+    ]
+    for s, action in backends:
+        starts: list[Event] = []
+        outcomes: list[Event] = []
+        s.add_listener(outcomes.append, "run_succeeded", "run_skipped")
+        s.schedule("r", FixedRate(10, start=0), action, misfire=Misfire.COALESCE)
+        s.tick(0)
+        stop = s.add_listener(starts.append, "run_started")
+        s.tick(35)  # slots 10, 20 skipped; 30 runs
+        stop()
+        s.tick(40)
+        assert [e.at for e in starts] == [30]
+        assert [(e.kind, e.at) for e in outcomes] == [
+            ("run_succeeded", 0), ("run_skipped", 30), ("run_succeeded", 30),
+            ("run_succeeded", 40),
+        ]  # fmt: skip
 
 
 def test_runner_start_and_stop_are_events() -> None:

@@ -68,12 +68,3 @@ def deliver(listeners: tuple[tuple[Listener, frozenset[EventKind]], ...], event:
                 listener(event)
             except Exception:
                 logger.exception("listener %r raised on %r; ignored", listener, event)
-
-
-def outcome_events(outcome: RunOutcome) -> list[Event]:
-    """The events one completed run makes: skipped slots first, then its result."""
-    events = []
-    if outcome.skipped:
-        events.append(Event(EventKind.RUN_SKIPPED, outcome.task_id, outcome.at, outcome))
-    events.append(Event(OUTCOME_KINDS[outcome.result], outcome.task_id, outcome.at, outcome))
-    return events

@@ -14,7 +14,7 @@ from typing import Any, TypedDict, TypeVar, Unpack
 from . import _validate
 from ._calls import Bound, prepare
 from ._engine import Engine, Task, run_at
-from ._events import Event, EventKind, Listener, deliver, outcome_events
+from ._events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
 from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
 from ._types import Action, RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, PLAIN, time_from
@@ -33,6 +33,7 @@ EPOCH_SUSPECT = 10 * 365 * 86_400
 """On a monotonic clock, an absolute time this far ahead is taken for an epoch time
 given by mistake (``Once(at=time.time() + 60)``): refused with a clear error."""
 _UNSET: Any = object()
+_RUN_STARTED, _RUN_SKIPPED = EventKind.RUN_STARTED, EventKind.RUN_SKIPPED  # hot paths' constants
 
 
 class TaskOptions(TypedDict, total=False):
@@ -342,7 +343,9 @@ class Scheduler:
     > 0 and finite.
     """
 
-    __slots__ = ("_clock", "_engine", "_epoch", "_listeners", "_lock", "_plain_code", "_wakeups")
+    __slots__ = (
+        "_clock", "_engine", "_epoch", "_heard", "_listeners", "_lock", "_plain_code", "_wakeups",
+    )  # fmt: skip
 
     _leases = False
     """Whether a claimed run holds a lease in a store (a durable scheduler): then a
@@ -365,6 +368,7 @@ class Scheduler:
         self._lock = threading.RLock()
         self._wakeups: tuple[Callable[[Time], object], ...] = ()  # runners' wake-ups
         self._listeners: tuple[tuple[Listener, frozenset[EventKind]], ...] = ()  # add_listener
+        self._heard: frozenset[EventKind] = frozenset()  # the kinds some listener wants
         self._plain_code: object = None  # the code of the last function checked as action(at)
         if epoch is not None and not isinstance(epoch, bool):
             raise TypeError(f"epoch must be True, False or None, got {epoch!r}")
@@ -1033,22 +1037,33 @@ class Scheduler:
             ) from None
         entry = (listener, wanted)
         with self._lock:
-            self._listeners = (*self._listeners, entry)
+            self._listen((*self._listeners, entry))
 
         def remove() -> None:
             with self._lock:
-                self._listeners = tuple(h for h in self._listeners if h is not entry)
+                self._listen(tuple(h for h in self._listeners if h is not entry))
 
         return remove
+
+    def _listen(self, listeners: tuple[tuple[Listener, frozenset[EventKind]], ...]) -> None:
+        """Keep ``listeners``, and the kinds they want: an event no listener wants is
+        not even made (a run's start, for a listener of outcomes). Under the lock."""
+        self._heard = frozenset().union(*(kinds for _, kinds in listeners))
+        self._listeners = listeners
 
     def _emit(self, event: Event) -> None:
         """Deliver ``event`` to the listeners (outside the lock)."""
         deliver(self._listeners, event)
 
     def _emit_outcome(self, outcome: RunOutcome) -> None:
-        hooks = self._listeners
-        for event in outcome_events(outcome):
-            deliver(hooks, event)
+        """Deliver the events one completed run makes, each only if a listener wants
+        its kind: the slots skipped just before it first, then its result."""
+        heard, task_id, at = self._heard, outcome.task_id, outcome.at
+        if outcome.skipped and _RUN_SKIPPED in heard:
+            deliver(self._listeners, Event(_RUN_SKIPPED, task_id, at, outcome))
+        kind = OUTCOME_KINDS[outcome.result]
+        if kind in heard:
+            deliver(self._listeners, Event(kind, task_id, at, outcome))
 
     # -- running ---------------------------------------------------------
 
@@ -1169,8 +1184,8 @@ class Scheduler:
         the run fails with ``TypeError``: a plain driver cannot await it.
         """
         at = task.entry[0]  # a claimed run's entry is its slot (or retry time), unjittered
-        if self._listeners:
-            self._emit(Event(EventKind.RUN_STARTED, task.entry[2], at))
+        if _RUN_STARTED in self._heard:
+            self._emit(Event(_RUN_STARTED, task.entry[2], at))
         try:
             result = task.action(at)
             if result is None:

@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector as _PrometheusCollector
 
-from cadence import Event, EventKind, Result, Scheduler, Status
+from cadence import Event, EventKind, Result, RunOutcome, Scheduler, Status
 from cadence.observe import Source, leases_of, source
 from cadence.store import redacted
 
@@ -43,6 +45,10 @@ MAX_JOBS = 1000
 """Distinct ``job`` label values at most; the others are ``job="_other"``."""
 
 OTHER = "_other"
+
+FOLD = 1024
+"""Runs noted at most before they are tallied without waiting for a scrape: bounds
+what a process that is never scraped keeps."""
 
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 """Seconds: a run's lag is normally milliseconds; large values mean sleep or failover."""
@@ -80,6 +86,8 @@ class Collector(_PrometheusCollector):
         self._skipped: dict[tuple[str, str], int] = {}  # (job, reason) -> slots skipped
         self._durations = _Tallies(DURATION_BUCKETS)
         self._lags = _Tallies(LAG_BUCKETS)
+        self._pending: deque[tuple[RunOutcome | None, float | None]] = deque()
+        self._clock = time.time if self._scheduler is None else self._scheduler.clock
         self._unlisten = None
         if runs and self._scheduler is not None:
             self._unlisten = self._scheduler.add_listener(
@@ -93,51 +101,54 @@ class Collector(_PrometheusCollector):
             self._unlisten()
             self._unlisten = None
 
-    def _job(self, task_id: object) -> str:
-        """The ``job`` label of a task: its id, or :data:`OTHER` past the cap."""
-        job = task_id if type(task_id) is str else str(task_id)
-        labels = self._labels
-        if job in labels:  # the usual case, read without the lock: the set only grows
-            return job
-        if len(labels) >= self._max_jobs:
-            return OTHER
-        with self._lock:
-            if job in self._labels:
-                return job
-            if len(self._labels) < self._max_jobs:
-                self._labels.add(job)
-                return job
-        return OTHER
-
     def _on_outcome(self, event: Event) -> None:
-        """Count one of this process's runs. On the run's path, so plain tallies under
-        one lock (about 3 us), turned into series only when scraped."""
-        outcome = event.outcome
-        scheduler = self._scheduler
-        if outcome is None or scheduler is None:
-            return
-        job = self._job(outcome.task_id)
-        error = outcome.error
-        if error is not None and type(error).__name__ == "RunCancelled":
-            result = "cancelled"
-        else:
-            result = _RESULTS[outcome.result]
-        started = float(outcome.started)
+        """Note one of this process's runs, and when it ended, for :meth:`_fold`. On the
+        run's path, so one append: the tallies are made in bulk, at the next scrape or
+        by the thread whose append makes :data:`FOLD` waiting."""
         try:
-            took: float | None = float(scheduler.clock()) - started
+            ended: float | None = float(self._clock())
         except Exception:  # a failing clock costs a duration sample, never the run
-            took = None
-        lag = started - float(outcome.at)  # (RunOutcome.lag, without the property's call)
+            ended = None
+        pending = self._pending
+        pending.append((event.outcome, ended))
+        if len(pending) >= FOLD:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Tally the runs noted since the last fold: plain counts under one lock, turned
+        into series only when scraped. O(k) for k runs. A run's ``job`` label is its
+        task id, or :data:`OTHER` once :data:`MAX_JOBS` ids have one."""
+        pending, labels, cap, runs = self._pending, self._labels, self._max_jobs, self._runs
+        took: list[tuple[str, float]] = []
+        late: list[tuple[str, float]] = []
         with self._lock:
-            key = (job, result)
-            self._runs[key] = self._runs.get(key, 0) + 1
-            if took is not None:
-                self._durations.add(job, took)
-            self._lags.add(job, lag)
-            if outcome.skipped:
-                for reason, count in outcome.skips().items():
-                    key = (job, reason)
-                    self._skipped[key] = self._skipped.get(key, 0) + count
+            for _ in range(len(pending)):  # appends meanwhile wait for the next fold
+                outcome, ended = pending.popleft()
+                if outcome is None:
+                    continue
+                task_id = outcome.task_id
+                job = task_id if type(task_id) is str else str(task_id)
+                if job not in labels:
+                    if len(labels) < cap:
+                        labels.add(job)
+                    else:
+                        job = OTHER
+                error = outcome.error
+                if error is not None and type(error).__name__ == "RunCancelled":
+                    key = (job, "cancelled")
+                else:
+                    key = (job, _RESULTS[outcome.result])
+                runs[key] = runs.get(key, 0) + 1
+                started = float(outcome.started)
+                if ended is not None:
+                    took.append((job, ended - started))
+                late.append((job, started - float(outcome.at)))  # (RunOutcome.lag, inline)
+                if outcome.skipped:
+                    for reason, count in outcome.skips().items():
+                        key = (job, reason)
+                        self._skipped[key] = self._skipped.get(key, 0) + count
+            self._durations.add(took)
+            self._lags.add(late)
 
     def describe(self) -> Iterable[Any]:
         """Nothing: the series are only known at scrape time."""
@@ -157,6 +168,7 @@ class Collector(_PrometheusCollector):
             "cadence_slots_skipped", "Slots that never ran, by job and reason (misfire, "
             "overlap, deadline: the policy that skipped them).", labels=["job", "reason"],
         )  # fmt: skip
+        self._fold()
         with self._lock:
             for (job, result), count in sorted(self._runs.items()):
                 runs.add_metric([job, result], count)
@@ -252,19 +264,27 @@ class Collector(_PrometheusCollector):
 
 class _Tallies:
     """One histogram per job, as bucket counts (not cumulative), a sum and a count:
-    an ``add`` is a bisection and three additions (the caller holds the lock)."""
+    a value added is a bisection and three additions (the caller holds the lock)."""
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.jobs: dict[str, list[float]] = {}  # job -> [bucket counts..., +Inf, sum]
 
-    def add(self, job: str, value: float) -> None:
-        tally = self.jobs.get(job)
-        if tally is None:
-            tally = self.jobs[job] = [0.0] * (len(self.bounds) + 2)
-        value = max(0.0, value)
-        tally[bisect.bisect_left(self.bounds, value)] += 1  # le: a value on a bound is in it
-        tally[-1] += value
+    def add(self, values: list[tuple[str, float]]) -> None:
+        """Count each ``(job, value)``; a negative value (a clock step) counts as 0."""
+        jobs, bounds, width, where = (
+            self.jobs,
+            self.bounds,
+            len(self.bounds) + 2,
+            bisect.bisect_left,
+        )
+        for job, given in values:
+            tally = jobs.get(job)
+            if tally is None:
+                tally = jobs[job] = [0.0] * width
+            value = max(0.0, given)
+            tally[where(bounds, value)] += 1  # le: a value on a bound is in it
+            tally[-1] += value
 
     def family(self, name: str, documentation: str) -> HistogramMetricFamily:
         """The histograms, cumulative, as ``prometheus_client`` exposes one."""

@@ -18,7 +18,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
 from markupsafe import Markup, escape
@@ -86,6 +86,24 @@ bound)."""
 
 OVERDUE = 60.0
 """Seconds past its next run before a job counts as overdue in the filter."""
+
+
+class JobRow(NamedTuple):
+    """One job as the pages show it. Attributes, not a dict: a template's ``r.id`` is
+    then one lookup (on a dict, Jinja tries the attribute first and fails), which
+    halved the jobs list's render, measured."""
+
+    id: str
+    status: str
+    paused: bool
+    next: str
+    overdue: bool
+    last: str | None
+    last_time: str
+    error: str
+    schedule: str
+    unreadable: str | None
+    spark: Markup
 
 
 class Access:
@@ -214,7 +232,7 @@ class Dashboard:
             request, name, context, status_code=status, headers=HEADERS
         )
 
-    def rows(self, entries: list[Any], *, sparks: bool = False) -> list[dict[str, Any]]:
+    def rows(self, entries: list[Any], *, sparks: bool = False) -> list[JobRow]:
         """The jobs as the list shows them; with ``sparks``, each with the sparkline of
         its last :data:`SPARK` runs (one :meth:`Source.recent` read for them all)."""
         now = time.time()
@@ -226,20 +244,19 @@ class Dashboard:
         for entry in entries:
             info, last = entry.info, entry.last
             tz = here if entry.zone is None else job_zone(entry.zone)
-            nxt = info.next_run_time
-            shown.append({
-                "id": str(info.task_id),
-                "status": str(info.status),
-                "paused": info.paused,
-                "next": time_shown(nxt, tz),
-                "overdue": _overdue(info, now),
-                "last": last.result if last else None,
-                "last_time": time_shown(ran_at(last), tz) if last else "-",
-                "error": first_line(last.error) if last else "",
-                "schedule": described(info.schedule, tz),
-                "unreadable": entry.unreadable,
-                "spark": _spark(recent.get(str(info.task_id), [])),
-            })  # fmt: skip
+            shown.append(JobRow(
+                id=str(info.task_id),
+                status=str(info.status),
+                paused=info.paused,
+                next=time_shown(info.next_run_time, tz),
+                overdue=_overdue(info, now),
+                last=last.result if last else None,
+                last_time=time_shown(ran_at(last), tz) if last else "-",
+                error=first_line(last.error) if last else "",
+                schedule=described(info.schedule, tz),
+                unreadable=entry.unreadable,
+                spark=_spark(recent.get(str(info.task_id), [])),
+            ))  # fmt: skip
         return shown
 
     async def jobs_page(self, request: Request) -> Response:
