@@ -65,7 +65,9 @@ class Collector(_PrometheusCollector):
 
     ``runs=False`` leaves out the run counters and histograms (a process that
     runs nothing: no listener is added). :meth:`close` removes the listener.
-    A scrape costs one listing of the tasks (a store query per 10,000 on a
+    A run costs one append on its thread (its outcome and end time); the runs
+    are tallied in bulk, at a scrape or every :data:`FOLD` runs. A scrape costs
+    that tally, one listing of the tasks (a store query per 10,000 on a
     durable store) plus one history read per job whose latest run did not
     succeed, the first time; a store that fails is counted
     (``cadence_store_errors_total``, ``cadence_store_up 0``), never raised.
