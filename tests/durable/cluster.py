@@ -32,6 +32,10 @@ class Cluster:
     ) -> None:
         self.target, self.sched = target, sched
         self.effects = str(tmp / "effects.db")
+        # Made before any worker starts, so a reader never meets the file without it.
+        with sqlite3.connect(self.effects) as db:
+            db.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, pid INTEGER)")
+        db.close()
         self.env = {**os.environ, "EFFECTS_DB": self.effects, "PYTHONPATH": str(ROOT),
                     **(env or {})}  # fmt: skip
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -73,9 +77,7 @@ class Cluster:
         return all(self.sched.status(i) is Status.DONE for i in ids)
 
     def effect_keys(self) -> set[str]:
-        if not os.path.exists(self.effects):
-            return set()
-        db = sqlite3.connect(self.effects)
+        db = sqlite3.connect(self.effects, timeout=30)
         try:
             return {key for (key,) in db.execute("SELECT key FROM effects")}
         finally:
