@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import uuid
@@ -21,6 +22,19 @@ START = 1000
 # (a handler, unlike SIG_IGN, does not survive exec).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging() -> Iterator[None]:
+    """The root logger as it was: a command run in-process installs its own handler on
+    the test's captured stderr, which later tests' log lines would meet closed."""
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:  # (pytest's own capture handlers come and go by phase)
+        if handler not in before and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture
