@@ -60,7 +60,7 @@ DURABLE_N = 3_000
 DURABLE = r"""
 import os, sys, tempfile, threading, time
 sys.path.insert(0, {src!r})
-from cadence import Once, Runner
+from cadence import FixedRate, Once, Runner
 from cadence.durable import DurableScheduler
 from cadence.store import SQLiteStore
 N = {n}
@@ -71,7 +71,9 @@ s.register("noop", noop)
 which = {which!r}
 # due now for the drain; a day ahead for its baseline (the same rows, never run)
 at = time.time() - 1 + (86_400 if which.endswith("-base") else 0)
-for i in range(N): s.schedule(f"t{{i}}", Once(at=at), "noop")
+# one-off tasks, or (bench/durable.py's drain) fixed-rate ones whose next slot is far
+when = (lambda: FixedRate(10**9, start=at)) if "rate" in which else (lambda: Once(at=at))
+for i in range(N): s.schedule(f"t{{i}}", when(), "noop")
 if "metrics" in which:  # a node serving /metrics counts its own runs
     from cadence.metrics import Collector
     collector = Collector(s)
@@ -91,6 +93,7 @@ WORKLOADS = {
     "rate": ("rate-base", "tick: one fixed-rate run"),
     "durable": ("durable-base", "durable run: Runner, SQLite NORMAL, group commit"),
     "durable-metrics": ("durable-metrics-base", "the same, counting its runs for /metrics"),
+    "durable-rate": ("durable-rate-base", "durable run of a fixed-rate task (bench/durable.py)"),
 }
 
 
