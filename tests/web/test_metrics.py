@@ -3,15 +3,28 @@
 
 from __future__ import annotations
 
+import math
 import re
 import threading
+from collections import Counter
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import cadence.metrics
-from cadence import DurableScheduler, FixedRate, ManualClock, Scheduler
+from cadence import (
+    DurableScheduler,
+    Event,
+    EventKind,
+    FixedRate,
+    ManualClock,
+    Result,
+    RunOutcome,
+    Scheduler,
+)
 from cadence.store import MemoryStore, StoreError
 from tests.web.test_mounting import WEB
 
@@ -133,3 +146,90 @@ def test_a_store_that_stops_answering_is_a_503_and_a_gauge_not_a_crash() -> None
         client.get("/metrics").text) for s in f.samples}  # fmt: skip
     assert ("cadence_store_up", 0.0) in scraped
     assert ("cadence_store_errors_total", 1.0) in scraped
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c", 7]),  # 7: an id that is not a str
+            st.sampled_from(list(Result)),
+            st.floats(-5, 400, allow_nan=False),  # lag (below 0: a clock step)
+            st.one_of(st.none(), st.floats(-5, 4000, allow_nan=False)),  # duration
+            st.integers(0, 2),  # slots skipped before the run
+        ),
+        max_size=60,
+    ),
+    st.integers(1, 3),
+)
+def test_run_counters_and_histograms_match_a_plain_count(
+    runs: list[tuple[Any, Result, float, float | None, int]], cap: int
+) -> None:
+    """What a fold makes of any runs is what counting them one by one gives: counts by
+    (job, result), bucket counts and sums by job (a value below 0 counted as 0, a run
+    whose end time could not be read left out of the durations), the first ``cap`` ids
+    a label each and the rest ``_other``."""
+    now: list[float | None] = [0.0]
+
+    def clock() -> float:  # a run's end time, or a clock that fails
+        if now[0] is None:
+            raise RuntimeError("the clock failed")
+        return now[0]
+
+    scheduler = Scheduler(clock=clock)
+    collector = cadence.metrics.Collector(scheduler, max_jobs=cap)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    labels: list[str] = []
+    counts: Counter[tuple[str, str]] = Counter()
+    buckets: Counter[tuple[str, str, float]] = Counter()  # (family, job, le) -> runs
+    sums: dict[tuple[str, str], float] = {}
+    skips: Counter[tuple[str, str]] = Counter()
+    for task_id, result, lag, took, skipped in runs:
+        started = 100.0 + lag
+        outcome = RunOutcome(task_id, 100.0, result, None, 0, started, skipped)
+        now[0] = None if took is None else started + took
+        collector._on_outcome(Event(EventKind.RUN_SUCCEEDED, task_id, 100.0, outcome))
+        job = str(task_id)
+        if job not in labels and len(labels) < cap:
+            labels.append(job)
+        job = job if job in labels else "_other"
+        counts[job, str(result)] += 1
+        if skipped:
+            skips[job, "misfire"] += skipped
+        for family, given_value, bounds in (
+            ("lag", started - 100.0, cadence.metrics.LAG_BUCKETS),  # (as floats round)
+            (
+                "duration",
+                None if now[0] is None else now[0] - started,
+                cadence.metrics.DURATION_BUCKETS,
+            ),
+        ):
+            if given_value is None:
+                continue
+            value = max(0.0, given_value)
+            sums[family, job] = sums.get((family, job), 0.0) + value
+            for bound in (*bounds, math.inf):
+                if value <= bound:
+                    buckets[family, job, bound] += 1
+    got = samples(registry)
+    runs_total = {
+        (dict(k)["job"], dict(k)["result"]): v for (name, k), v in got.items()
+        if name == "cadence_runs_total"
+    }  # fmt: skip
+    assert runs_total == dict(counts)
+    skipped_total = {
+        (dict(k)["job"], dict(k)["reason"]): v for (name, k), v in got.items()
+        if name == "cadence_slots_skipped_total"
+    }  # fmt: skip
+    assert skipped_total == dict(skips)
+    for family in ("lag", "duration"):
+        prefix = f"cadence_run_{family}_seconds"
+        found = {
+            (dict(k)["job"], float(dict(k)["le"])): v for (name, k), v in got.items()
+            if name == f"{prefix}_bucket" and v
+        }  # fmt: skip
+        assert found == {(job, le): n for (f, job, le), n in buckets.items() if f == family}
+        for (f, job), total in sums.items():
+            if f == family:
+                assert math.isclose(got[(f"{prefix}_sum", (("job", job),))], total, abs_tol=1e-6)
