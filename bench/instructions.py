@@ -79,7 +79,7 @@ for i in range(N): s.schedule(f"t{{i}}", when(), "noop")
 if "metrics" in which:  # a node serving /metrics counts its own runs
     from cadence.metrics import Collector
     collector = Collector(s)
-if "tick" in which:  # one thread, no runner: the same count every time
+if "tick" in which:  # one thread, no runner: the steadiest count
     if not which.endswith("-base"): assert len(s.tick(time.time())) == N
 else:
     done, count = threading.Event(), [0]

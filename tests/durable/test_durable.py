@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import itertools
 import logging
 import os
@@ -1671,8 +1672,6 @@ def test_runs_leave_no_garbage_for_the_cyclic_collector(
 ) -> None:
     """A completed run's task and the engine rebuilt for its row are freed at once, not
     by the cyclic collector, which a busy node would otherwise pay for on every run."""
-    import gc
-
     sched = DurableScheduler(make_store(kind, request, tmp_path), clock=lambda: 0.0)
     for i in range(50):
         sched.schedule(f"t{i}", FixedRate(10**9, start=0), NOOP)

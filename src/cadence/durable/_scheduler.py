@@ -1601,8 +1601,8 @@ class DurableScheduler(Scheduler):
         outcome = task.engine.complete(task, error, started, finished)
         new, requeued = dump(task, keep_lease=False)
         # The engine served this run alone, and it and the task refer to each other:
-        # unlinked, both are freed now, not by the cyclic collector (about a tenth of a
-        # durable run's instructions).
+        # unlinked, both are freed now by reference counting, not later by the cyclic
+        # collector's passes (bench/results/instructions.md).
         del task.engine
         record = outcome_row(claimed, outcome, finished)
         expected = Change(outcome, row=new, outcome=record, requeued=requeued)
