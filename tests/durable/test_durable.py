@@ -36,7 +36,7 @@ from cadence import (
 )
 from cadence.cron import Cron
 from cadence.durable import LeaseExpired, StoredError
-from cadence.durable import _scheduler as durable_scheduler
+from cadence.durable import _commit as durable_commit
 from cadence.durable._rows import Held
 from cadence.store import (
     Change,
@@ -1211,7 +1211,7 @@ def test_a_dispatcher_commits_its_batch_of_completions_itself_before_it_claims_a
     completions on its own thread, in the transaction that claims the next batch: no
     other thread to wake per completion (the committer waits LINGER, here 60 s), one
     commit per batch."""
-    monkeypatch.setattr(durable_scheduler, "LINGER", 60.0)
+    monkeypatch.setattr(durable_commit, "LINGER", 60.0)
     store = FlushNotingStore(tmp_path / "d.db")
     _run_durably(DurableScheduler(store, batch=8, poll=5), 24)  # claims of 1, 8, 8, 7
     assert store.flushes == [(n, "cadence-runner, with a claim") for n in (1, 8, 8, 7)]
@@ -1278,7 +1278,7 @@ def test_completions_keep_waiting_for_the_dispatcher_while_it_keeps_finishing_ru
 ) -> None:
     """LINGER counts from the last completion, not the first: a batch of runs that
     each take a while, but less than LINGER, is still committed in one transaction."""
-    monkeypatch.setattr(durable_scheduler, "LINGER", 0.2)
+    monkeypatch.setattr(durable_commit, "LINGER", 0.2)
     store = FlushNotingStore(tmp_path / "s.db")
     sched = DurableScheduler(store, batch=12, poll=10)  # claims of 1, then 11
     sched.register("pause", lambda _at: time.sleep(0.02))
@@ -1291,7 +1291,7 @@ def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
 ) -> None:
     """A completion waiting for its dispatcher, which is busy with the next run of
     its batch, is committed (and reported) by the committer thread after LINGER."""
-    monkeypatch.setattr(durable_scheduler, "LINGER", 0.05)
+    monkeypatch.setattr(durable_commit, "LINGER", 0.05)
     # claims of the full batch from the first (the pace, measured in time, would make
     # the claims' sizes depend on how loaded the machine is)
     monkeypatch.setattr(DurableScheduler, "_paced", lambda self, now: 2)
@@ -1625,7 +1625,7 @@ def test_stop_from_on_outcome_of_a_batch_committed_with_a_claim_does_not_hang(
     under the runner's claim gate; on_outcome, which may stop the runner (taking that
     gate), is not called there. Nothing is left running: each later run either ran
     before the stop or was given back."""
-    monkeypatch.setattr(durable_scheduler, "LINGER", 60.0)
+    monkeypatch.setattr(durable_commit, "LINGER", 60.0)
     sched = DurableScheduler(SQLiteStore(tmp_path / "g.db"), batch=2)
     for name in "abcd":
         sched.schedule_once(name, 0, NOOP)

@@ -19,8 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from cadence import DurableScheduler, ManualClock, Misfire, Status
 from cadence._engine import Run
+from cadence.durable._commit import Completion
 from cadence.durable._rows import Held
-from cadence.durable._scheduler import _Completion
 from cadence.store import MemoryStore
 
 LEASE = 10
@@ -169,7 +169,7 @@ class Protocol(RuleBasedStateMachine):
         before = self.store.get(str(task.task_id))
         edit, outcome = node.sched._decided(task, error, now, now)
         reported: list[Any] = []
-        done = _Completion(edit, task, outcome, error, reported.append)
+        done = Completion(edit, task, outcome, error, reported.append)
         self._started(node, node.sched._claim_from_store(now, 2, [done]))
         assert len(reported) == 1
         self._check_recorded(task, before)  # (the claim may have taken the row again)

@@ -53,6 +53,7 @@ from cadence.schedules import FixedRate, Once
 from cadence.store import Change, Edit, Known, OutcomeRow, Store, StoreError, TaskRow
 
 from . import _codec
+from ._commit import Completion, GroupCommit
 from ._rows import (
     Held,
     dump,
@@ -78,11 +79,6 @@ STORE_RETRY = 1.0
 
 FAILURE_REPEAT = 60.0
 """Seconds before the same store error is logged again."""
-
-LINGER = 0.005
-"""Seconds without a new completion after which the completions made on a runner's
-dispatcher thread, waiting for that thread to commit them with its next claim, are
-committed by the committer thread instead (the dispatcher is in a long run)."""
 
 
 class LeaseExpired(Exception):  # noqa: N818 - it names the event, as TimeoutError does
@@ -163,9 +159,7 @@ class DurableScheduler(Scheduler):
         "_broken",
         "_buffer",
         "_callables",
-        "_committed",
-        "_committer",
-        "_completions",
+        "_commits",
         "_declared",
         "_failure",
         "_flying",
@@ -175,7 +169,6 @@ class DurableScheduler(Scheduler):
         "_keeper",
         "_keeper_stop",
         "_lease",
-        "_linger_until",
         "_max_expiries",
         "_node",
         "_outage",
@@ -184,7 +177,6 @@ class DurableScheduler(Scheduler):
         "_poll",
         "_prefixes",
         "_refused",
-        "_reports",
         "_store",
         "_users",
     )
@@ -253,14 +245,7 @@ class DurableScheduler(Scheduler):
         self._keeper: threading.Thread | None = None
         self._keeper_stop = threading.Event()
         # Runners' completions, waiting for the committer thread (see _complete_later)
-        self._completions: deque[_Completion] = deque()
-        self._committed = threading.Condition()  # guards both; notified as either changes
-        # While only lingering completions wait (see _complete_later): when the committer
-        # thread takes them if the dispatcher has not; -inf: at once
-        self._linger_until = -float("inf")
-        # Completions committed by dispatchers, for the committer thread to report
-        self._reports: deque[tuple[Sequence[_Completion], Sequence[Any]]] = deque()
-        self._committer: threading.Thread | None = None
+        self._commits = GroupCommit(store, batch, self._recorded)
         self._outage = False  # the store failed a runner's claim: retry after STORE_RETRY
         self._failure: tuple[str, float] | None = None  # the last store error logged, when
         self._pace = 1  # runs a runner without a pool claims next (see _paced)
@@ -1016,12 +1001,10 @@ class DurableScheduler(Scheduler):
                 lease.lost = True  # not renewed in time: someone may have it now
                 logger.warning("task %r: lease ran out before its run started", task.task_id)
                 self._abandon(task, lease)
-        with self._committed:  # a dispatcher's lingering completions: committed with its claim
-            lingering = self._completions and self._linger_until > -float("inf")
-            batch = self._take() if lingering else []
+        batch = self._commits.lingering()  # a dispatcher's: committed with its claim
         if room is not None and room <= 0:  # the runner's pool is busy: only runs held
             if batch:
-                self._commit(batch)
+                self._commits.commit(batch)
             return None
         limit = self._paced(local) if room is None else min(room, self._batch)
         claimed = self._claim_from_store(now, limit, batch)
@@ -1055,7 +1038,7 @@ class DurableScheduler(Scheduler):
         return self._pace
 
     def _claim_from_store(
-        self, now: Time, limit: int, batch: Sequence[_Completion] = ()
+        self, now: Time, limit: int, batch: Sequence[Completion] = ()
     ) -> Held | Run | None:
         """Claim up to ``limit`` runs; return the first to start, keep the rest in the batch.
 
@@ -1068,7 +1051,7 @@ class DurableScheduler(Scheduler):
         mine = self._flying_head() if self._flying else None
         if mine is not None and mine <= now:  # a concurrent task held here may start a run
             if batch:
-                self._commit(batch)
+                self._commits.commit(batch)
                 batch = ()
             run = self._reclaim(now)
             if run is not None:
@@ -1424,9 +1407,9 @@ class DurableScheduler(Scheduler):
         that next claim, which commits the batch's completions in its own
         transaction on the dispatcher's thread (:meth:`_claim_next`), with no
         thread to wake per completion (the committer reports them, once per
-        batch: :meth:`_deliver`); completions left waiting :data:`LINGER`
-        seconds after the last one (a long run in the batch) are committed by
-        the committer.
+        batch: :meth:`GroupCommit.deliver`); completions left waiting
+        :data:`~cadence.durable._commit.LINGER` seconds after the last one (a
+        long run in the batch) are committed by the committer.
 
         At most ``batch`` completions wait: a caller finding that many waits
         for room. A crash before the commit only means the run starts again
@@ -1439,83 +1422,18 @@ class DurableScheduler(Scheduler):
             then(self._give_back(task, error, started))
             return
         edit, outcome = self._decided(task, error, started, finished)
-        completion = _Completion(edit, task, outcome, error, then)
-        with self._committed:
-            committer = self._committer
-            if committer is not None:
-                if committer is not threading.current_thread():
-                    while len(self._completions) >= self._batch and self._committer is committer:
-                        if linger:  # its own completions fill the queue: commit them now
-                            self._linger_until = -float("inf")
-                            self._committed.notify_all()
-                        self._committed.wait()
-                if self._committer is committer:
-                    if not linger:
-                        self._linger_until = -float("inf")
-                    elif not self._completions or self._linger_until > -float("inf"):
-                        self._linger_until = time.monotonic() + LINGER  # (none urgent)
-                    self._completions.append(completion)
-                    if not linger or len(self._completions) == 1:
-                        self._committed.notify_all()
-                    return
-        self._commit([completion])
-
-    def _commit_loop(self) -> None:
-        """The committer thread: commit what runners hand over (lingering completions
-        once their time is up), report what dispatchers committed with their claims
-        (see :meth:`_deliver`), until stopped and drained."""
-        me = threading.current_thread()
-        while True:
-            with self._committed:
-                while self._committer is me and not self._reports:
-                    if not self._completions:
-                        self._committed.wait()
-                        continue
-                    wait = self._linger_until - time.monotonic()
-                    if wait <= 0:
-                        break
-                    self._committed.wait(wait)
-                reports = list(self._reports)
-                self._reports.clear()
-                due = self._committer is not me or self._linger_until <= time.monotonic()
-                batch = self._take() if self._completions and due else []
-            for done, results in reports:
-                self._report(done, results)
-            if batch:
-                self._commit(batch)
-            elif not reports:
-                return
-
-    def _take(self) -> list[_Completion]:
-        """The completions waiting to be committed, taken (under ``_committed``)."""
-        batch = list(self._completions)
-        self._completions.clear()
-        self._linger_until = -float("inf")
-        self._committed.notify_all()  # room for callers waiting to hand over
-        return batch
-
-    def _commit(self, batch: Sequence[_Completion]) -> None:
-        """Commit completions in one transaction, then report each through its ``then``.
-
-        A batch whose transaction fails is retried one completion at a time,
-        so one bad completion fails alone; one the store cannot take is
-        logged and reported (see :meth:`_unrecorded`). O(len(batch)).
-        """
-        results: list[Change[Any] | Exception | None]
-        try:
-            results = list(self._store.modify_many([c.edit for c in batch]))
-        except Exception as exc:
-            results = [exc] if len(batch) == 1 else [self._commit_alone(c.edit) for c in batch]
-        self._deliver(batch, results)
+        completion = Completion(edit, task, outcome, error, then)
+        if not self._commits.hand_over(completion, linger=linger):
+            self._commits.commit([completion])
 
     def _commit_and_claim(
-        self, batch: Sequence[_Completion], now: Time, limit: int
+        self, batch: Sequence[Completion], now: Time, limit: int
     ) -> list[TaskRow]:
         """Commit completions and claim up to ``limit`` runs in one store transaction
         (one commit, one fsync), report the completions, return the claimed rows.
 
         If that transaction fails, the completions are committed on their own
-        (:meth:`_commit`, with its fallbacks) and the claim is made alone,
+        (:meth:`GroupCommit.commit`, with its fallbacks) and the claim is made alone,
         raising what it raises. O(len(batch) + limit).
         """
         try:
@@ -1523,42 +1441,19 @@ class DurableScheduler(Scheduler):
                 [c.edit for c in batch], self._node, now, limit, self._lease, self._known()
             )
         except Exception:
-            self._commit(batch)
+            self._commits.commit(batch)
             return self._store.claim(self._node, now, limit, self._lease, self._known())
-        self._deliver(batch, results)
+        self._commits.deliver(batch, results)
         return rows
 
-    def _deliver(
-        self, batch: Sequence[_Completion], results: Sequence[Change[Any] | Exception | None]
-    ) -> None:
-        """Report committed completions: on the committer thread while there is one
-        (a dispatcher commits under its runner's claim gate, which ``on_outcome``
-        may need: ``stop()`` takes it), else here."""
-        with self._committed:
-            committer = self._committer
-            if committer is not None and committer is not threading.current_thread():
-                self._reports.append((batch, results))
-                self._committed.notify_all()
-                return
-        self._report(batch, results)
-
-    def _report(
-        self, batch: Sequence[_Completion], results: Sequence[Change[Any] | Exception | None]
-    ) -> None:
-        """Report each committed (or failed) completion through its ``then``."""
-        for completion, decided in zip(batch, results, strict=True):
-            task, outcome = completion.task, completion.outcome
-            if isinstance(decided, Exception):
-                completion.then(self._unrecorded(task, outcome, decided))
-            else:
-                completion.then(self._settled(task, decided, outcome, completion.error))
-
-    def _commit_alone(self, edit: Edit) -> Change[Any] | Exception | None:
-        """One completion in a transaction of its own: its result, or the error it met."""
-        try:
-            return self._store.modify_many([edit])[0]
-        except Exception as exc:
-            return exc
+    def _recorded(
+        self, completion: Completion, result: Change[Any] | Exception | None
+    ) -> RunOutcome:
+        """The outcome to report for a completion the committer committed (or could not)."""
+        task, outcome = completion.task, completion.outcome
+        if isinstance(result, Exception):
+            return self._unrecorded(task, outcome, result)
+        return self._settled(task, result, outcome, completion.error)
 
     def _unrecorded(self, task: Held | Run, outcome: RunOutcome, exc: Exception) -> RunOutcome:
         """A completion the store could not take (down, unreachable): logged, reported.
@@ -1696,22 +1591,21 @@ class DurableScheduler(Scheduler):
                 self._keeper = self._thread(self._keep, "cadence-heartbeat")
                 self._keeper.start()
                 if self._group:
-                    self._committer = self._thread(self._commit_loop, "cadence-committer")
-                    self._committer.start()  # it runs while it is self._committer
+                    self._commits.start(self._thread)
 
         def stop() -> None:
             unsubscribe()
             with self._hold:
                 self._users -= 1
                 last = self._users == 0
-                keeper, committer, buffered = self._keeper, self._committer, list(self._buffer)
+                keeper, committer, buffered = self._keeper, None, list(self._buffer)
                 if last:
-                    self._keeper, self._committer, self._buffer = None, None, deque()
+                    # the committer commits and reports what it has, then ends
+                    committer = self._commits.stop()
+                    self._keeper, self._buffer = None, deque()
                     for task in buffered:
                         self._held.pop(task.task_id, None)  # type: ignore[call-overload]
             if last:
-                with self._committed:
-                    self._committed.notify_all()  # the committer drains what it has, and ends
                 self._keeper_stop.set()
                 for thread in (committer, keeper):
                     if thread is not None and thread is not threading.current_thread():
@@ -1883,17 +1777,6 @@ def zone_of(row: TaskRow) -> str | None:
     """The zone name stored with a task (``ensure(..., zone=)``), or ``None``. O(1)."""
     zone = row.spec.get("zone") if isinstance(row.spec, dict) else None
     return zone if isinstance(zone, str) else None
-
-
-class _Completion(NamedTuple):
-    """A run's completion handed to the committer thread: the edit to commit, what
-    to report, and where to report it."""
-
-    edit: Edit
-    task: Held | Run
-    outcome: RunOutcome
-    error: BaseException | None
-    then: Callable[[RunOutcome], object]
 
 
 class StoredError(Exception):
