@@ -156,7 +156,7 @@ def claims(kind: str, unknown: int) -> dict[str, Any]:
         sched = _sched(target)
         _fill(target, sched, unknown, "other.service", outcome=False, start=0, due=NOW - 1000)
         _fill(target, sched, CLAIMS + 50, "mine", outcome=False, start=0, due=NOW - 10)
-        store, known = sched.store, sched._known()
+        store, known = sched.store, sched._actions.known()
         if kind == "postgres":  # fresh statistics, as autovacuum would give a live server
             with target.raw() as db:
                 db.execute(f"ANALYZE {target.prefix}tasks")

@@ -70,10 +70,10 @@ class AutoRegistering(DurableScheduler):
 
     def _reference(self, action: Any) -> tuple[str, Callable[..., object]]:
         if callable(action):
-            for name, known in self._actions.items():
+            for name, known in self._actions.named.items():
                 if known is action:
                     return name, known
-            name = f"auto-{len(self._actions)}"
+            name = f"auto-{len(self._actions.named)}"
             self.register(name, action)
             return name, action
         return super()._reference(action)

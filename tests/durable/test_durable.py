@@ -297,8 +297,8 @@ def test_a_claim_costs_nothing_per_due_row_of_an_action_it_cannot_run(
 
         db.set_progress_handler(tick, 10)
         try:
-            store.next_due(sched.node, sched._known())
-            [row] = store.claim(sched.node, clock(), 1, 30, sched._known())
+            store.next_due(sched.node, sched._actions.known())
+            [row] = store.claim(sched.node, clock(), 1, 30, sched._actions.known())
             assert row.action == "mine"
         finally:
             db.set_progress_handler(None, 10)
@@ -874,7 +874,7 @@ def test_a_run_claimed_by_a_lost_answer_is_not_kept_by_the_heartbeat(store: Stor
     b = DurableScheduler(store, clock=clock, lease=10, node="b", imports=True)
     a.schedule_once("lost", 0, NOOP)
     a.schedule_once("held", 0, NOOP, priority=1)
-    store.claim("a", 0, 1, 10, a._known())  # "lost" leased to a: the answer is dropped
+    store.claim("a", 0, 1, 10, a._actions.known())  # "lost" leased to a: the answer is dropped
     held = a._claim(0)
     assert isinstance(held, Held)
     assert held.task_id == "held"
@@ -1446,7 +1446,7 @@ def test_complete_and_claim_commits_both_in_one_transaction_or_neither(
         sched.schedule_once(name, 0, NOOP)
     held = [sched._claim(1000.0, room=1) for _ in "ab"]
     edits = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
-    known = sched._known()
+    known = sched._actions.known()
     with pytest.raises(OSError, match="the claim failed"):
         store.complete_and_claim(
             edits, sched.node, 1000.0, 2, 100, known._replace(names=Unreadable())

@@ -50,9 +50,10 @@ from cadence._types import (
 from cadence.misfire import Misfire
 from cadence.overlap import Overlap
 from cadence.schedules import FixedRate, Once
-from cadence.store import Change, Edit, Known, OutcomeRow, Store, StoreError, TaskRow
+from cadence.store import Change, Edit, OutcomeRow, Store, StoreError, TaskRow
 
 from . import _codec
+from ._actions import Actions
 from ._commit import Completion, GroupCommit
 from ._rows import (
     Held,
@@ -156,11 +157,8 @@ class DurableScheduler(Scheduler):
     __slots__ = (
         "_actions",
         "_batch",
-        "_broken",
         "_buffer",
-        "_callables",
         "_commits",
-        "_declared",
         "_failure",
         "_flying",
         "_group",
@@ -175,8 +173,6 @@ class DurableScheduler(Scheduler):
         "_pace",
         "_pace_from",
         "_poll",
-        "_prefixes",
-        "_refused",
         "_store",
         "_users",
     )
@@ -227,13 +223,8 @@ class DurableScheduler(Scheduler):
         if node is not None and not isinstance(node, str):
             raise TypeError(f"node must be a str, got {node!r}")
         self._node = node or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._prefixes = _import_prefixes(imports)
-        self._declared: set[str] = set()  # import paths this process stored
+        self._actions = Actions(imports)
         self._store = store
-        self._actions: dict[str, Callable[..., object]] = {}
-        self._callables: dict[str, Callable[..., object]] = {}  # import paths resolved
-        self._broken: set[str] = set()  # import paths that failed to import here
-        self._refused: frozenset[str] = frozenset()  # tasks whose rows it could not read
         self._hold = threading.Lock()  # guards the buffer and the held runs
         self._buffer: deque[Held | Run] = deque()  # claimed, not yet handed to a driver
         self._held: dict[str, Held] = {}  # claimed by this node, not yet completed
@@ -279,15 +270,7 @@ class DurableScheduler(Scheduler):
         ``ValueError`` for an empty name, one with ``:`` (that is an import
         path) or one registered to another function.
         """
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {name!r}")
-        if not name or ":" in name:
-            raise ValueError(f"name must be non-empty and without ':', got {name!r}")
-        _validate.callable_("action", action)
-        known = self._actions.get(name)
-        if known is not None and known is not action:
-            raise ValueError(f"name {name!r} is registered to {known!r} already")
-        self._actions[name] = action
+        self._actions.register(name, action)
         return action
 
     def action(self, name: str) -> Callable[[F], F]:
@@ -300,51 +283,7 @@ class DurableScheduler(Scheduler):
 
     def _reference(self, action: object) -> tuple[str, Callable[..., object]]:
         """The stored name of an action and the function it names, or ``TypeError``."""
-        if isinstance(action, str):
-            if ":" in action:
-                try:
-                    found = _codec.resolve_path(action)
-                except (ImportError, AttributeError, ValueError) as exc:
-                    raise TypeError(f"action {action!r} cannot be imported: {exc!r}") from None
-                _validate.callable_("action", found)
-                self._declared.add(action)
-                return action, found
-            registered = self._actions.get(action)
-            if registered is None:
-                raise TypeError(
-                    f"action {action!r} is not registered with this scheduler (known: "
-                    f"{sorted(self._actions)}); register it, or give 'module:function'"
-                )
-            return action, registered
-        _validate.callable_("action", action)
-        for name, registered in self._actions.items():
-            if registered is action:
-                return name, registered
-        path = _codec.import_path(action)
-        if path is None:
-            raise _codec.refusal(action)
-        self._declared.add(path)
-        return path, action  # type: ignore[return-value]
-
-    def _callable(self, name: str) -> Callable[..., object] | None:
-        """The function a stored action name means here, or ``None`` if this node cannot run it."""
-        found = self._actions.get(name) or self._callables.get(name)
-        if found is None and name in self._known() and ":" in name:
-            try:
-                found = _codec.resolve_path(name)
-            except Exception as exc:
-                logger.warning("action %r cannot be imported here (%r): left to others", name, exc)
-                self._broken.add(name)
-                return None
-            self._callables[name] = found
-        return found
-
-    def _known(self) -> Known:
-        """What this node claims: its registered names and declared import paths, the
-        paths its ``imports`` admit, but no broken path or refused row. O(names)."""
-        return Known(
-            (*self._actions, *self._declared), tuple(self._broken), self._refused, self._prefixes
-        )
+        return self._actions.reference(action)
 
     def _declare_job(
         self,
@@ -699,12 +638,12 @@ class DurableScheduler(Scheduler):
 
         def operation(task: Held) -> bool:
             spec = task.row.spec
-            function = self._callable(task.row.action) if found.get("replace") else None
+            function = self._actions.function(task.row.action) if found.get("replace") else None
             if function is not None:  # (an action this process does not know: not checked)
                 check_stoppable(function)
             if call:
                 new: dict[str, Any] = {**spec, **call}
-                function = self._callable(task.row.action)
+                function = self._actions.function(task.row.action)
                 if function is not None:
                     prepare(function, new["args"], new["kwargs"])  # the call shape
                 spec = new
@@ -856,7 +795,7 @@ class DurableScheduler(Scheduler):
         (its run may then be taken over). One indexed read.
         """
         if task_id is _UNSET:
-            return self._store.next_due(self._node, self._known())
+            return self._store.next_due(self._node, self._actions.known())
         info = self.info(task_id)
         return None if info is None else info.next_run_time
 
@@ -867,7 +806,7 @@ class DurableScheduler(Scheduler):
         unreachable store means "try again in :data:`STORE_RETRY` seconds"."""
         if not self._outage:
             try:
-                head = self._store.next_due(self._node, self._known(), own=True)
+                head = self._store.next_due(self._node, self._actions.known(), own=True)
             except Exception as exc:
                 self._store_failed(exc)
             else:
@@ -1061,7 +1000,7 @@ class DurableScheduler(Scheduler):
             rows = (
                 self._commit_and_claim(batch, now, limit)
                 if batch
-                else self._store.claim(self._node, now, limit, self._lease, self._known())
+                else self._store.claim(self._node, now, limit, self._lease, self._actions.known())
             )
             batch = ()
             if not rows:
@@ -1091,7 +1030,7 @@ class DurableScheduler(Scheduler):
 
         A run its misfire policy moved to a later slot is given back at that
         slot's time, which is appended to ``moved``."""
-        function = self._callable(row.action)
+        function = self._actions.function(row.action)
         if function is None:
             self._release(row)
             return None
@@ -1203,7 +1142,7 @@ class DurableScheduler(Scheduler):
                 if at is not None and at <= now and task_id in self._held
             ]
         for task_id, lease in due:
-            function = self._callable(lease.row.action)
+            function = self._actions.function(lease.row.action)
             if lease.lost or lease.cancelled or function is None:
                 self._untrack(task_id, lease.fence)
                 continue
@@ -1265,14 +1204,13 @@ class DurableScheduler(Scheduler):
         wrote what this one does not know): logged once, left as it is, and never
         claimed here again. Its lease is not renewed, so once it runs out a node that
         can read the row takes the run over. O(refused)."""
-        if row.task_id not in self._refused:
+        if self._actions.refuse(row.task_id):
             logger.error(
                 "task %r: this process cannot read its stored row (%s) and claims it no "
                 "more; the row is left as it is",
                 row.task_id,
                 why,
             )
-            self._refused = self._refused | {row.task_id}  # (read by other threads)
 
     def _bind(self, function: Callable[..., object], row: TaskRow) -> Action:
         """The call of a stored action; a call shape that no longer fits fails the run."""
@@ -1438,11 +1376,11 @@ class DurableScheduler(Scheduler):
         """
         try:
             results, rows = self._store.complete_and_claim(
-                [c.edit for c in batch], self._node, now, limit, self._lease, self._known()
+                [c.edit for c in batch], self._node, now, limit, self._lease, self._actions.known()
             )
         except Exception:
             self._commits.commit(batch)
-            return self._store.claim(self._node, now, limit, self._lease, self._known())
+            return self._store.claim(self._node, now, limit, self._lease, self._actions.known())
         self._commits.deliver(batch, results)
         return rows
 
@@ -1693,7 +1631,7 @@ class DurableScheduler(Scheduler):
             if self._users:  # (a runner stopped meanwhile may have closed the store)
                 logger.exception("could not list the stored actions")
             return
-        known = self._known()
+        known = self._actions.known()
         for name in sorted(n for n in names if n not in known):
             if ":" in name:
                 logger.warning(
@@ -1734,23 +1672,6 @@ class DurableScheduler(Scheduler):
             for task_id, (version, at) in list(self._flying.items()):
                 if at is None:
                     self._flying[task_id] = (version, now)
-
-
-def _import_prefixes(imports: object) -> tuple[str, ...]:
-    """The ``imports=`` option as :attr:`Known.prefixes`, or ``TypeError``/``ValueError``."""
-    if imports is True:
-        return ("",)
-    if imports is False:
-        return ()
-    if isinstance(imports, str) or not isinstance(imports, Collection):
-        raise TypeError(
-            f"imports must be a bool or a collection of module prefixes, got {imports!r}"
-        )
-    prefixes = tuple(imports)
-    for prefix in prefixes:
-        if not isinstance(prefix, str) or not prefix:
-            raise ValueError(f"imports must hold non-empty str prefixes, got {prefix!r}")
-    return prefixes
 
 
 class Entry(NamedTuple):
