@@ -206,6 +206,17 @@ class Engine:
         self._waiting = 0
         self.stops: list[Run] = []  # runs REPLACE decided to stop, for the scheduler to signal
 
+    def reset(self) -> None:
+        """Forget every task, as a new engine with these settings knows none: a store's
+        engine of one task serves the next claim, instead of a new engine (eight
+        objects for the cyclic collector to track) being built for each. O(tasks)."""
+        self._tasks.clear()
+        self._history.clear()
+        self._queue.clear()
+        self._waiting = 0
+        if self.stops:  # (a list take_stops handed out is the caller's)
+            self.stops = []
+
     # -- queries ---------------------------------------------------------
 
     def status(self, task_id: Hashable) -> Status | None:

@@ -73,6 +73,11 @@ class RunQueue(Generic[OwnerT]):
         self._stale = 0
         self._slack = STALE_SLACK
 
+    def clear(self) -> None:
+        """Drop every entry (the owners are the caller's to clear). O(n)."""
+        self._heap.clear()
+        self._stale = 0
+
     def __len__(self) -> int:
         """The number of live entries. O(1)."""
         return len(self._heap) - self._stale

@@ -52,12 +52,18 @@ class Held(Task):
 
 
 def restore(
-    row: TaskRow, action: Action, status: Status | None = None, *, again: bool = False
+    row: TaskRow,
+    action: Action,
+    status: Status | None = None,
+    *,
+    again: bool = False,
+    engine: Engine | None = None,
 ) -> Held:
-    """Rebuild the task a row describes, in ``status`` (default: the row's). O(1);
-    a concurrent task (``Overlap.allow(n)``, ``REPLACE``) is rebuilt with its runs in
-    flight, due again with ``again`` (see :meth:`~cadence._engine.Engine.adopt_runs`):
-    O(runs).
+    """Rebuild the task a row describes, in ``status`` (default: the row's), adopted
+    by ``engine`` (an engine of one task that knows none now: see
+    :meth:`~cadence._engine.Engine.reset`), or a new one. O(1); a concurrent task
+    (``Overlap.allow(n)``, ``REPLACE``) is rebuilt with its runs in flight, due again
+    with ``again`` (see :meth:`~cadence._engine.Engine.adopt_runs`): O(runs).
 
     Raises what decoding a stored spec raises (:class:`~cadence.store.StoreError`
     for an unknown kind, ``ImportError`` for a ``retry_on`` type no longer there).
@@ -96,7 +102,8 @@ def restore(
     task.row = row
     task.until = row.lease_until if row.lease_until is not None else 0
     task.lost = task.cancelled = False
-    task.engine = Engine(1, follow_moves=False)  # claims in time order across the store
+    # claims in time order across the store: one task an engine (see Engine.claim)
+    task.engine = Engine(1, follow_moves=False) if engine is None else engine
     if plan.concurrent:
         _adopt_concurrent(task, plan, state, again)
     else:

@@ -11,11 +11,12 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, NamedTuple, TypeVar, Unpack
 
 from cadence import _validate
 from cadence._calls import Bound, prepare
-from cadence._engine import Run, Task, raiser, run_at, run_slot, task_info
+from cadence._engine import Engine, Run, Task, raiser, run_at, run_slot, task_info
 from cadence._events import Event, EventKind
 from cadence._policy import RetryOn, RetryPolicy, Schedule
 from cadence._scheduler import (
@@ -159,6 +160,7 @@ class DurableScheduler(Scheduler):
         "_batch",
         "_buffer",
         "_commits",
+        "_engines",
         "_failure",
         "_flying",
         "_group",
@@ -228,6 +230,7 @@ class DurableScheduler(Scheduler):
         self._hold = threading.Lock()  # guards the buffer and the held runs
         self._buffer: deque[Held | Run] = deque()  # claimed, not yet handed to a driver
         self._held: dict[str, Held] = {}  # claimed by this node, not yet completed
+        self._engines: list[Engine] = []  # engines of completed runs, reset, to claim with
         # Concurrent tasks (Overlap.allow(n), REPLACE) whose lease this node holds while
         # runs of theirs are in flight: when it may start another (None: not before one
         # of those ends). Their leases are in _held, as the first run claimed them.
@@ -1088,7 +1091,11 @@ class DurableScheduler(Scheduler):
             action.bind(row.task_id, None)  # task's runs are bound to copies made then
             action.fence, action.expiries = row.fence, row.expiries
         status = Status.QUEUED if again else Status.SCHEDULED
-        task = restore(row, action, status, again=again)
+        try:  # (list.pop is atomic: claims on other threads pop engines too)
+            engine: Engine | None = self._engines.pop()
+        except IndexError:
+            engine = None
+        task = restore(row, action, status, again=again, engine=engine)
         if isinstance(action, Bound):
             action.plan = task.plan
         return task
@@ -1431,28 +1438,21 @@ class DurableScheduler(Scheduler):
         if own is not None:  # the store's clock decides: shift the run's times onto it
             started, finished = own - (finished - started), own
         claimed = task.row
-        outcome = task.engine.complete(task, error, started, finished)
+        engine = task.engine
+        outcome = engine.complete(task, error, started, finished)
         new, requeued = dump(task, keep_lease=False)
         # The engine served this run alone, and it and the task refer to each other:
-        # unlinked, both are freed now by reference counting, not later by the cyclic
-        # collector's passes (bench/results/instructions.md).
+        # unlinked, the task is freed by reference counting, not later by the cyclic
+        # collector's passes (bench/results/instructions.md); the engine, reset,
+        # serves a claim to come.
         del task.engine
+        engine.reset()
+        self._engines.append(engine)
         record = outcome_row(claimed, outcome, finished)
         expected = Change(outcome, row=new, outcome=record, requeued=requeued)
-
-        def complete(row: TaskRow | None) -> Change[RunOutcome]:
-            assert row is not None
-            status = Status.CANCELLED if row.status == Status.CANCELLED else Status.RUNNING
-            fresh = restore(row, task.action, status)
-            fresh.value = value
-            result = fresh.engine.complete(fresh, error, started, finished)
-            again, queued = dump(fresh, keep_lease=False)
-            return Change(
-                result, row=again, outcome=outcome_row(row, result, finished), requeued=queued
-            )
-
         # Changes that waited for this run change the spec: written by the full path.
         ahead = None if "pending" in claimed.state else (claimed.version, expected)
+        complete = partial(_complete_row, task.action, value, error, started, finished)
         return Edit(claimed.task_id, complete, task.fence, ahead), outcome
 
     def _decided_run(
@@ -1713,6 +1713,27 @@ def _claimed_run(task: Held, now: Time) -> tuple[Task | None, list[Run], TaskRow
     stops = task.engine.take_stops()
     new, requeued = dump(task, keep_lease=True)
     return run, stops, new, requeued
+
+
+def _complete_row(
+    action: Action,
+    value: object,
+    error: BaseException | None,
+    started: Time,
+    finished: Time,
+    row: TaskRow | None,
+) -> Change[RunOutcome]:
+    """A run's completion decided again from its row as it is at the commit (changed
+    since the claim: cancelled, paused, rescheduled by another process meanwhile).
+    A function, not a closure over the run, for :func:`functools.partial`: two objects
+    for the cyclic collector to track while the completion waits, not six."""
+    assert row is not None
+    status = Status.CANCELLED if row.status == Status.CANCELLED else Status.RUNNING
+    fresh = restore(row, action, status)
+    fresh.value = value
+    result = fresh.engine.complete(fresh, error, started, finished)
+    again, queued = dump(fresh, keep_lease=False)
+    return Change(result, row=again, outcome=outcome_row(row, result, finished), requeued=queued)
 
 
 def _parent(run: Run) -> Held:
