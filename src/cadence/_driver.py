@@ -29,6 +29,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Any
 
 from . import _validate
@@ -110,6 +111,48 @@ class Turns:
                 report = after
         if error is not None:
             raise error
+
+
+class _Report:
+    """The report of one run, once its completion is recorded (:meth:`then`, which
+    the scheduler calls): made where the driver delivers it (:meth:`Driver._deliver`),
+    in its task's turn (:class:`Turns`). An object, not closures over the run:
+    two objects for the cyclic collector to track while a durable completion waits
+    for its commit, not a dozen."""
+
+    __slots__ = ("driver", "key", "reported", "took", "turn")
+
+    def __init__(
+        self, driver: Driver, key: Hashable, turn: list[Callable[[], None] | None], took: Time
+    ) -> None:
+        self.driver = driver
+        self.key = key
+        self.turn = turn
+        self.took = took  # how long the action ran, by the runner's clock
+        self.reported = False
+
+    def then(self, outcome: RunOutcome) -> None:
+        """The run's completion is recorded: deliver its report."""
+        self.reported = True
+        self.driver._deliver(self.report, outcome)
+
+    def report(self, outcome: RunOutcome) -> None:
+        """Report ``outcome`` in the task's turn (here, or by the thread whose report
+        comes before it)."""
+        self.driver._turns.make(self.key, self.turn, partial(self._reporting, outcome))
+
+    def _reporting(self, outcome: RunOutcome) -> None:
+        # Reporting is part of the run, on whichever thread it happens (a durable
+        # scheduler reports from its committer thread): a stop() from on_outcome there
+        # must not wait for the report it is in.
+        driver = self.driver
+        inside = driver._is_inside()
+        driver._inside.active = True
+        try:
+            driver._report(outcome, self.took)
+        finally:
+            driver._inside.active = inside
+            driver._finished(was_running=True)
 
 
 class Driver:
@@ -350,35 +393,16 @@ class Driver:
             finished = self._now()
         except BaseException as exc:  # a clock raising a fatal error: that is the run's end
             error, finished = exc, started
-        reported = False
         key = task.task_id
-        turn = self._turns.take(key)  # before the completion queues the task's next run
-
-        def report(outcome: RunOutcome) -> None:
-            self._turns.make(key, turn, lambda: reporting(outcome))
-
-        def reporting(outcome: RunOutcome) -> None:
-            # Reporting is part of the run, on whichever thread it happens (a durable
-            # scheduler reports from its committer thread): a stop() from on_outcome
-            # there must not wait for the report it is in.
-            inside = self._is_inside()
-            self._inside.active = True
-            try:
-                self._report(outcome, finished - started)
-            finally:
-                self._inside.active = inside
-                self._finished(was_running=True)
-
-        def then(outcome: RunOutcome) -> None:
-            nonlocal reported
-            reported = True
-            self._deliver(report, outcome)
-
+        # (the turn is taken before the completion queues the task's next run)
+        report = _Report(self, key, self._turns.take(key), finished - started)
         try:
-            self._scheduler._complete_later(task, error, started, finished, then, linger=linger)
+            self._scheduler._complete_later(
+                task, error, started, finished, report.then, linger=linger
+            )
         except BaseException:
-            if not reported:
-                self._turns.make(key, turn, lambda: self._finished(was_running=True))
+            if not report.reported:
+                self._turns.make(key, report.turn, partial(self._finished, was_running=True))
             raise
 
     def _deliver(self, report: Callable[[RunOutcome], None], outcome: RunOutcome) -> None:
