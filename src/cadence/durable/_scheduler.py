@@ -230,7 +230,9 @@ class DurableScheduler(Scheduler):
         self._hold = threading.Lock()  # guards the buffer and the held runs
         self._buffer: deque[Held | Run] = deque()  # claimed, not yet handed to a driver
         self._held: dict[str, Held] = {}  # claimed by this node, not yet completed
-        self._engines: list[Engine] = []  # engines of completed runs, reset, to claim with
+        # Engines of completed runs, reset, for claims to come: at most as many as runs
+        # were held here at once
+        self._engines: list[Engine] = []
         # Concurrent tasks (Overlap.allow(n), REPLACE) whose lease this node holds while
         # runs of theirs are in flight: when it may start another (None: not before one
         # of those ends). Their leases are in _held, as the first run claimed them.
