@@ -32,6 +32,7 @@ from cadence import (
     Result,
     RunContext,
     Runner,
+    Scheduler,
     Status,
 )
 from cadence.cron import Cron
@@ -1684,3 +1685,37 @@ def test_runs_leave_no_garbage_for_the_cyclic_collector(
         gc.enable()
         sched.store.close()
     assert left < 50, f"{left} objects in reference cycles after 50 runs"
+
+
+def test_a_reused_engine_carries_nothing_of_the_task_it_served_before() -> None:
+    """A completed run's engine is reset and serves a later claim: a retry, a next slot
+    or a finished task of the task it served before reaches no other task, so the runs
+    are those of the in-memory scheduler, run by run."""
+
+    def ok(at: Any) -> None:
+        pass
+
+    def boom(at: Any) -> None:
+        raise RuntimeError("boom")
+
+    seen: dict[str, list[tuple[Any, ...]]] = {}
+    for kind in ("memory", "durable"):
+        actions: dict[str, Any] = {"ok": ok, "boom": boom}
+        sched = Scheduler(clock=lambda: 0.0)
+        if kind == "durable":
+            sched = durable = DurableScheduler(MemoryStore(), clock=lambda: 0.0)
+            for name, action in actions.items():
+                durable.register(name, action)
+            actions = {name: name for name in actions}
+        sched.schedule_once("once", 0.0, actions["ok"])
+        sched.schedule_once("fails", 0.0, actions["boom"], max_retries=2)
+        sched.schedule_at_fixed_rate("rate", 0.0, 3.0, actions["ok"])
+        runs = []
+        for now in range(8):
+            runs += [(o.task_id, o.at, str(o.result), o.attempt) for o in sched.tick(now)]
+        seen[kind] = sorted(runs)
+        if kind == "durable":
+            assert durable._engines, "no engine was reused"
+            assert all(engine.next_time() is None for engine in durable._engines)
+    assert seen["durable"] == seen["memory"]
+    assert ("fails", 3.0, "failed", 2) in seen["durable"]  # after two retries
