@@ -29,7 +29,7 @@ LINGER = 0.005
 dispatcher thread, waiting for that thread to commit them with its next claim, are
 committed by the committer thread instead (the dispatcher is in a long run)."""
 
-Result = Change[Any] | Exception | None
+Committed = Change[Any] | Exception | None
 """What committing one completion gave: the change written, ``None`` (fenced off: its
 lease was lost), or the error the store raised."""
 
@@ -60,7 +60,7 @@ class GroupCommit:
     )  # fmt: skip
 
     def __init__(
-        self, store: Store, batch: int, record: Callable[[Completion, Result], RunOutcome]
+        self, store: Store, batch: int, record: Callable[[Completion, Committed], RunOutcome]
     ) -> None:
         self._store = store
         self._batch = batch
@@ -71,7 +71,7 @@ class GroupCommit:
         # the dispatcher has not; -inf: at once
         self._until = -float("inf")
         # Completions committed by dispatchers, for the committer thread to report
-        self._reports: deque[tuple[Sequence[Completion], Sequence[Result]]] = deque()
+        self._reports: deque[tuple[Sequence[Completion], Sequence[Committed]]] = deque()
         self.thread: threading.Thread | None = None
         """The committer thread while a runner drives the scheduler, else ``None``."""
 
@@ -165,14 +165,14 @@ class GroupCommit:
         so one bad completion fails alone; one the store cannot take is
         reported with the error it met. O(len(batch)).
         """
-        results: list[Result]
+        results: list[Committed]
         try:
             results = list(self._store.modify_many([c.edit for c in batch]))
         except Exception as exc:
             results = [exc] if len(batch) == 1 else [self._alone(c.edit) for c in batch]
         self.deliver(batch, results)
 
-    def deliver(self, batch: Sequence[Completion], results: Sequence[Result]) -> None:
+    def deliver(self, batch: Sequence[Completion], results: Sequence[Committed]) -> None:
         """Report committed completions: on the committer thread while there is one
         (a dispatcher commits under its runner's claim gate, which ``on_outcome``
         may need: ``stop()`` takes it), else here."""
@@ -184,12 +184,12 @@ class GroupCommit:
                 return
         self._report(batch, results)
 
-    def _report(self, batch: Sequence[Completion], results: Sequence[Result]) -> None:
+    def _report(self, batch: Sequence[Completion], results: Sequence[Committed]) -> None:
         """Report each committed (or failed) completion through its ``then``."""
         for completion, result in zip(batch, results, strict=True):
             completion.then(self._record(completion, result))
 
-    def _alone(self, edit: Edit) -> Result:
+    def _alone(self, edit: Edit) -> Committed:
         """One completion in a transaction of its own: its result, or the error it met."""
         try:
             return self._store.modify_many([edit])[0]

@@ -55,7 +55,7 @@ from cadence.store import Change, Edit, OutcomeRow, Store, StoreError, TaskRow
 
 from . import _codec
 from ._actions import Actions
-from ._commit import Completion, GroupCommit
+from ._commit import Committed, Completion, GroupCommit
 from ._rows import (
     Held,
     dump,
@@ -1393,9 +1393,7 @@ class DurableScheduler(Scheduler):
         self._commits.deliver(batch, results)
         return rows
 
-    def _recorded(
-        self, completion: Completion, result: Change[Any] | Exception | None
-    ) -> RunOutcome:
+    def _recorded(self, completion: Completion, result: Committed) -> RunOutcome:
         """The outcome to report for a completion the committer committed (or could not)."""
         task, outcome = completion.task, completion.outcome
         if isinstance(result, Exception):
