@@ -272,6 +272,42 @@ def test_a_store_written_before_the_action_index_opens_migrates_and_runs(
     }
 
 
+def test_completions_committed_together_store_null_where_a_value_is_none(
+    tmp_path: Path,
+) -> None:
+    """The SQLite store binds ``None`` in its hot statements as a NaN (SQLite stores it
+    as NULL; ``sqlite3`` binds ``None`` at much greater cost): what is stored is SQL
+    NULL, read back as ``None``, and an empty str stays an empty str."""
+    path = tmp_path / "s.db"
+    clock = ManualClock(1000)
+    sched = DurableScheduler(SQLiteStore(path), clock=clock)
+    sched.register("empty", lambda at: "")
+    sched.schedule("none", Once(at=1000), NOOP)
+    sched.schedule("empty", FixedRate(60, start=1000), "empty")
+    done = Collector()
+    with Runner(sched, on_outcome=done):
+        done.wait_for(2)
+    db = sqlite3.connect(path)
+    try:
+        lease = db.execute(
+            "SELECT task_id, typeof(owner), typeof(lease_until) FROM cadence_tasks "
+            "ORDER BY task_id"
+        ).fetchall()
+        recorded = db.execute(
+            "SELECT task_id, typeof(error), typeof(value), value, typeof(skipped_by) "
+            "FROM cadence_outcomes ORDER BY task_id"
+        ).fetchall()
+    finally:
+        db.close()
+    assert lease == [("empty", "null", "null"), ("none", "null", "null")]
+    assert recorded == [
+        ("empty", "null", "text", "", "null"),
+        ("none", "null", "null", None, "null"),
+    ]
+    assert [(h.error, h.value) for h in sched.history("none")] == [(None, None)]
+    assert [(h.error, h.value) for h in sched.history("empty")] == [(None, "")]
+
+
 def test_a_claim_costs_nothing_per_due_row_of_an_action_it_cannot_run(
     tmp_path: Path, clock: ManualClock
 ) -> None:
