@@ -196,6 +196,7 @@ class Driver:
         self._flight = threading.Condition(self._flight_lock)
         self._queued = 0
         self._running = 0
+        self._idle_waiters = 0  # threads in _wait_idle: only they need _flight notified
         self._inside = threading.local()  # set while this thread processes one of our runs
         # Claims and the stop flag change under the gate: after stop() no run is claimed.
         self._gate = threading.Lock()
@@ -297,7 +298,8 @@ class Driver:
                 self._running -= 1
             else:
                 self._queued -= 1
-            self._flight.notify_all()
+            if self._idle_waiters:  # (notify_all is Python code: three calls a run)
+                self._flight.notify_all()
             full, self._full = self._full, False
         if full:  # maybe room again: let the dispatcher look
             self._poke()
@@ -333,7 +335,11 @@ class Driver:
     def _wait_idle(self, timeout: float | None) -> bool:
         """Wait (real seconds) until no run is in flight."""
         with self._flight_lock:
-            return self._flight.wait_for(lambda: self._queued + self._running == 0, timeout)
+            self._idle_waiters += 1
+            try:
+                return self._flight.wait_for(lambda: self._queued + self._running == 0, timeout)
+            finally:
+                self._idle_waiters -= 1
 
     def _raise_fatal(self) -> None:
         """Re-raise, once, the fatal error that stopped this runner (for ``stop()``)."""

@@ -176,6 +176,7 @@ class DurableScheduler(Scheduler):
         "_pace_from",
         "_poll",
         "_store",
+        "_timed",
         "_users",
     )
 
@@ -247,7 +248,10 @@ class DurableScheduler(Scheduler):
         self._pace = 1  # runs a runner without a pool claims next (see _paced)
         self._pace_from: tuple[Time, int, int] | None = None
         store.open()
-        if store.now() is not None:  # time is the store's: runners wait on it too
+        # Whether time is the store's (a database server's): runners wait on it too, and
+        # claims and completions read it (asked once: the hot paths make no call for it)
+        self._timed = store.now() is not None
+        if self._timed:
             self._clock = self._store_clock
 
     def __repr__(self) -> str:
@@ -890,6 +894,8 @@ class DurableScheduler(Scheduler):
 
     def _store_time(self, now: Time) -> Time:
         """``now`` on the store's clock: the store's own time if it keeps one."""
+        if not self._timed:
+            return now
         own = self._store.now()
         return now if own is None else own
 
@@ -1063,8 +1069,9 @@ class DurableScheduler(Scheduler):
                 return None
         else:
             claimed = task.engine.claim(now, queued=True)
-            assert task.plan is not None
-            if claimed is None or task.row.state != state_of(task.plan):
+            plan = task.plan
+            # (a plan without controls, plan.extra false, is not changed by a claim)
+            if claimed is None or (plan.extra and task.row.state != state_of(plan)):
                 # The misfire policy decided: store its decision. A run it moved to a
                 # later slot is given back at that time, to be claimed in time order
                 # with every other task's runs (as in memory); so is one it ended.
@@ -1434,9 +1441,8 @@ class DurableScheduler(Scheduler):
         with self._hold:  # its run is over: no more heartbeats for it
             self._held.pop(task.task_id, None)  # type: ignore[call-overload]
         value = task.value
-        own = self._store.now()
-        if own is not None:  # the store's clock decides: shift the run's times onto it
-            started, finished = own - (finished - started), own
+        if self._timed:
+            started, finished = self._shifted(started, finished)
         claimed = task.row
         engine = task.engine
         outcome = engine.complete(task, error, started, finished)
@@ -1455,6 +1461,12 @@ class DurableScheduler(Scheduler):
         complete = partial(_complete_row, task.action, value, error, started, finished)
         return Edit(claimed.task_id, complete, task.fence, ahead), outcome
 
+    def _shifted(self, started: Time, finished: Time) -> tuple[Time, Time]:
+        """A run's times shifted onto the store's clock, which decides (it keeps one):
+        it finished now by that clock, after running as long as it did. O(1)."""
+        own = self._store.now()
+        return (started, finished) if own is None else (own - (finished - started), own)
+
     def _decided_run(
         self, run: Run, error: BaseException | None, started: Time, finished: Time
     ) -> tuple[Edit, RunOutcome]:
@@ -1463,9 +1475,8 @@ class DurableScheduler(Scheduler):
         end meanwhile), under the task's lease; the outcome is recorded for the run's
         own slot."""
         value = run.value
-        own = self._store.now()
-        if own is not None:
-            started, finished = own - (finished - started), own
+        if self._timed:
+            started, finished = self._shifted(started, finished)
         parent = _parent(run)
         slot = run_slot(run)
         outcome = parent.engine.complete(run, error, started, finished)
