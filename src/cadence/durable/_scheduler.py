@@ -60,6 +60,7 @@ from ._rows import (
     Held,
     dump,
     new_row,
+    new_tuple,
     outcome_row,
     overlap_spec,
     restore,
@@ -1376,7 +1377,7 @@ class DurableScheduler(Scheduler):
             then(self._give_back(task, error, started))
             return
         edit, outcome = self._decided(task, error, started, finished)
-        completion = Completion(edit, task, outcome, error, then)
+        completion: Completion = new_tuple(Completion, (edit, task, outcome, error, then))
         if not self._commits.hand_over(completion, linger=linger):
             self._commits.commit([completion])
 
@@ -1459,7 +1460,8 @@ class DurableScheduler(Scheduler):
         # Changes that waited for this run change the spec: written by the full path.
         ahead = None if "pending" in claimed.state else (claimed.version, expected)
         complete = partial(_complete_row, task.action, value, error, started, finished)
-        return Edit(claimed.task_id, complete, task.fence, ahead), outcome
+        edit: Edit = new_tuple(Edit, (claimed.task_id, complete, task.fence, ahead))
+        return edit, outcome
 
     def _shifted(self, started: Time, finished: Time) -> tuple[Time, Time]:
         """A run's times shifted onto the store's clock, which decides (it keeps one):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import operator
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -229,8 +230,10 @@ def task_row(
     JSON (the row is left as it is); ``lenient`` (a claim or a read, which one bad
     row must not fail) returns that row instead, both empty and ``unreadable``
     saying why."""
-    task_id, action, spec, state, status, paused, due, priority, seq, fence = found[:10]
-    owner, lease_until, expiries, version = found[10:]
+    (task_id, action, spec, state, status, paused, due, priority, seq, fence, owner,
+     lease_until, expiries, version) = found  # fmt: skip
+    if decode is not _same:  # (SQLite's times are the numbers stored)
+        due, lease_until = decode(due), decode(lease_until)
     unreadable = None
     try:
         spec_value, state_value = _parsed(spec), _decode(state)
@@ -240,16 +243,15 @@ def task_row(
             raise StoreError(f"task {task_id!r}: {unreadable}; the row is left as it is") from None
         spec_value, state_value = {}, {}
     return TaskRow(
-        task_id, action, spec_value, state_value, status, bool(paused), decode(due), priority,
-        seq, fence, owner, decode(lease_until), expiries, version, unreadable=unreadable,
+        task_id, action, spec_value, state_value, status, bool(paused), due, priority,
+        seq, fence, owner, lease_until, expiries, version, unreadable=unreadable,
         spec_text=None if unreadable else (spec_value, spec),
     )  # fmt: skip
 
 
-def run_order(row: TaskRow) -> tuple[Any, ...]:
-    """The order due runs are claimed in: ``(due, priority, seq)``, as the stores'
-    due indexes sort them."""
-    return (row.due, row.priority, row.seq)
+run_order: Callable[[TaskRow], tuple[Any, ...]] = operator.attrgetter("due", "priority", "seq")
+"""The order due runs are claimed in: ``(due, priority, seq)``, as the stores' due
+indexes sort them (a key function in C: no Python frame per row sorted)."""
 
 
 def claimed_rows(
