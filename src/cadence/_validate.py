@@ -69,6 +69,8 @@ def finite(name: str, value: Any) -> Time:
 
     An aware ``datetime`` is taken as POSIX seconds (a naive one is refused).
     """
+    if (type(value) is float or type(value) is int) and -LIMIT <= value <= LIMIT:
+        return value  # the fast path (a stored cursor is read back on every claim)
     value = instant(name, value)
     number(name, value)
     if not -LIMIT <= value <= LIMIT:

@@ -183,9 +183,12 @@ def _same(value: Any) -> Any:
 
 def run_values(row: TaskRow, encode: Callable[[Any], Any] = _same) -> tuple[Any, ...]:
     """``row``'s values for :data:`RUN_COLUMNS`, times through ``encode``."""
+    due, until = row.due, row.lease_until
+    if encode is not _same:  # (SQLite stores the numbers themselves)
+        due, until = encode(due), encode(until)
     return (
-        _encode(row.state), row.status, encode(row.due), row.seq,
-        row.owner, encode(row.lease_until), row.expiries, row.version,
+        _encode(row.state), row.status, due, row.seq, row.owner, until, row.expiries,
+        row.version,
     )  # fmt: skip
 
 
