@@ -8,6 +8,7 @@ import gc
 import itertools
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import sys
@@ -49,6 +50,7 @@ from cadence.store import (
     TaskRow,
     open_store,
 )
+from cadence.store._sqlite import _pieces as sqlite_pieces
 from tests.durable import jobs
 from tests.helpers import Collector, make_store, rows, wait_until
 
@@ -1518,11 +1520,12 @@ def test_completions_whose_combined_transaction_fails_are_committed_on_their_own
     assert all(sched.status(f"t{i}") is Status.DONE for i in range(10))
 
 
-def test_sqlite_writes_a_group_commit_in_one_statement_per_500_completions(
+def test_sqlite_writes_a_group_commit_in_one_statement_per_power_of_two_in_its_size(
     tmp_path: Path, clock: ManualClock
 ) -> None:
     """A group commit's completions are written without reading their rows, one
-    UPDATE per 500 (SQLite's limit on parameters bounds a statement)."""
+    UPDATE and one INSERT for each power of two in their count, at most 256 rows a
+    statement: 600 = 256 + 256 + 64 + 16 + 8."""
     store = SQLiteStore(tmp_path / "big.db", synchronous="NORMAL")
     sched = DurableScheduler(store, clock=clock, lease=100, batch=600)
     for i in range(600):
@@ -1535,11 +1538,30 @@ def test_sqlite_writes_a_group_commit_in_one_statement_per_500_completions(
     results = store.modify_many(edits)
     assert [r.value.task_id for r in results if r is not None] == [f"t{i:03}" for i in range(600)]
     updates = [s for s in statements if "UPDATE cadence_tasks" in s]
-    assert len(updates) == 2
+    inserts = [s for s in statements if s.startswith("INSERT INTO cadence_outcomes")]
+    sizes = [256, 256, 64, 16, 8]
+    assert [len(re.findall(r"'t\d{3}'", s)) for s in updates] == sizes  # each row's key
+    assert [len(re.findall(r"'t\d{3}'", s)) for s in inserts] == sizes
     assert not [s for s in statements if s.startswith("SELECT")]  # no row read again
     assert {sched.next_run_time(f"t{i:03}") for i in range(600)} == {1010}
     assert len(sched.history("t599")) == 1
     store.close()
+
+
+def test_sqlite_group_commits_of_any_size_take_nine_statement_texts_at_most() -> None:
+    """Each new statement text is parsed and planned anew, and batch sizes vary with
+    the runners' pace: the rows of a group commit go in pieces of power-of-two sizes
+    (at most 256), in order, so that nine texts of a statement serve every size."""
+    seen: set[int] = set()
+    for n in range(700):
+        rows = list(range(n))
+        pieces = list(sqlite_pieces(rows))
+        assert [r for piece in pieces for r in piece] == rows
+        sizes = [len(piece) for piece in pieces]
+        assert sizes == sorted(sizes, reverse=True)
+        assert all(size & (size - 1) == 0 and size <= 256 for size in sizes)
+        seen.update(sizes)
+    assert seen == {2**k for k in range(9)}
 
 
 def test_prune_deletes_old_outcomes_and_finished_tasks_only(

@@ -315,7 +315,7 @@ class SQLiteStore(StoreBase):
     def _write_expected(self, db: sqlite3.Connection, edits: Sequence[Edit]) -> list[bool]:
         """Write every change decided in advance (:attr:`Edit.expect`) whose row is still
         at its expected version and fence, and record their outcomes: one UPDATE and one
-        INSERT for them all (per :data:`CHUNK` edits). Whether each edit was written.
+        INSERT per :func:`_pieces` of them. Whether each edit was written.
 
         The edits of a task edited more than once are left to the caller's
         read-and-decide path (see :func:`~cadence.store._base.ahead`). The ``seq`` values
@@ -330,10 +330,9 @@ class SQLiteStore(StoreBase):
         ]
         seqs = iter(self._seqs(db, sum(1 for *_, decided in mine if decided.requeued)))
         written: set[str] = set()
-        for start in range(0, len(mine), CHUNK):
-            chunk = mine[start : start + CHUNK]
+        for piece in _pieces(mine):
             params: list[Any] = []
-            for task_id, fence, version, decided in chunk:
+            for task_id, fence, version, decided in piece:
                 new = decided.row
                 assert new is not None
                 new.version = version + 1
@@ -341,17 +340,18 @@ class SQLiteStore(StoreBase):
                     new.seq = next(seqs)
                 params += (task_id, fence, version)
                 params += [NULL if value is None else value for value in run_values(new)]
-            found = db.execute(_expected_sql(self._p, len(chunk)), params).fetchall()
+            found = db.execute(_expected_sql(self._p, len(piece)), params).fetchall()
             written.update(task_id for (task_id,) in found)
-            outcomes = [
-                value
-                for task_id, *_, decided in chunk
-                if task_id in written and decided.outcome is not None
-                for value in decided.outcome
-            ]
-            outcomes = [NULL if value is None else value for value in outcomes]
-            if outcomes:
-                db.execute(_outcomes_sql(self._p, len(outcomes) // OUTCOME_WIDTH), outcomes)
+        outcomes = [
+            decided.outcome
+            for task_id, *_, decided in mine
+            if task_id in written and decided.outcome is not None
+        ]
+        for recorded in _pieces(outcomes):
+            db.execute(
+                _outcomes_sql(self._p, len(recorded)),
+                [NULL if value is None else value for outcome in recorded for value in outcome],
+            )
         return [first and e.task_id in written for e, first in zip(edits, sent, strict=True)]
 
     def _seqs(self, db: sqlite3.Connection, n: int) -> range:
@@ -429,14 +429,13 @@ class SQLiteStore(StoreBase):
         self, node: str, now: Time, lease: Time, held: Collection[str]
     ) -> dict[str, tuple[int, str]]:
         """See :meth:`cadence.store.Store.heartbeat`: one transaction, one UPDATE per
-        :data:`CHUNK` runs held."""
+        :func:`_pieces` of the runs held."""
         p = self._p
         ids = list(held)
         owned: dict[str, tuple[int, str]] = {}
         with self._write() as db:
             until = self._until(db, now, lease)
-            for start in range(0, len(ids), CHUNK):
-                chunk = ids[start : start + CHUNK]
+            for chunk in _pieces(ids):
                 found = db.execute(
                     f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN {LEASED_SQL} "
                     "THEN ? ELSE lease_until END WHERE owner = ? AND task_id IN "
@@ -588,10 +587,27 @@ parameter as ``NULL`` (``sqlite3VdbeMemSetDouble``; ``tests/durable`` checks it)
 for an adapter for it, which raises and clears an ``AttributeError`` each time (about
 3,200 instructions a value; five a completion)."""
 
-CHUNK = 500
-"""The most rows one statement of :meth:`SQLiteStore._write_expected` writes (SQLite
-allows 32,766 parameters a statement)."""
+CHUNK = 256
+"""The most rows one statement of :meth:`SQLiteStore._write_expected` or
+:meth:`SQLiteStore.heartbeat` writes (SQLite allows 32,766 parameters a statement)."""
 OUTCOME_WIDTH = len(_OUTCOME_COLUMNS.split(","))
+
+
+def _pieces(rows: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``rows`` in consecutive pieces whose sizes are powers of two, largest first, at
+    most :data:`CHUNK` (37 rows: 32, 4, 1). O(len(rows)).
+
+    A statement's text grows with its rows, and each new text is parsed and planned
+    anew (half a millisecond for the two statements of a group commit of 115 runs,
+    measured); batch sizes follow the runners' pace, so they vary. In powers of two,
+    a store writes with at most nine texts of each statement, which ``sqlite3``'s
+    cache of 128 prepared statements a connection keeps, at the cost of a statement
+    for each bit set in a batch's size."""
+    start, end = 0, len(rows)
+    while start < end:
+        size = min(CHUNK, 1 << ((end - start).bit_length() - 1))
+        yield rows[start : start + size]
+        start += size
 
 
 @functools.lru_cache(maxsize=256)
