@@ -435,12 +435,12 @@ class SQLiteStore(StoreBase):
         owned: dict[str, tuple[int, str]] = {}
         with self._write() as db:
             until = self._until(db, now, lease)
-            for chunk in _pieces(ids):
+            for piece in _pieces(ids):
                 found = db.execute(
                     f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN {LEASED_SQL} "
                     "THEN ? ELSE lease_until END WHERE owner = ? AND task_id IN "
-                    f"({','.join('?' * len(chunk))}) RETURNING task_id, fence, status",
-                    (until, node, *chunk),
+                    f"({','.join('?' * len(piece))}) RETURNING task_id, fence, status",
+                    (until, node, *piece),
                 ).fetchall()
                 owned.update((task_id, (fence, status)) for task_id, fence, status in found)
         return owned
