@@ -101,7 +101,9 @@ class Turns:
             except BaseException as exc:  # the later reports are still made
                 error = error or exc
             with self._lock:
-                line.popleft()
+                # (the turn refers to its report, which refers to the turn: unlinked,
+                # both are freed by reference counting, not by the cyclic collector)
+                line.popleft()[0] = None
                 if not line:
                     del self._lines[key]
                     break
