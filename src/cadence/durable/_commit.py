@@ -12,6 +12,7 @@ the queue, the thread and the transaction; what a committed completion means
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -23,6 +24,9 @@ from cadence._types import RunOutcome
 from cadence.store import Change, Edit, Store
 
 from ._rows import Held
+
+AT_ONCE = -math.inf
+"""The committer thread's deadline when what waits is to be committed at once."""
 
 LINGER = 0.005
 """Seconds without a new completion after which the completions made on a runner's
@@ -56,7 +60,8 @@ class GroupCommit:
     """
 
     __slots__ = (
-        "_batch", "_changed", "_record", "_reports", "_store", "_until", "_waiting", "thread"
+        "_batch", "_changed", "_lock", "_record", "_reports", "_store", "_until", "_waiting",
+        "thread",
     )  # fmt: skip
 
     def __init__(
@@ -66,10 +71,13 @@ class GroupCommit:
         self._batch = batch
         self._record = record
         self._waiting: deque[Completion] = deque()
-        self._changed = threading.Condition()
+        # The condition's lock, taken directly where nobody waits on the condition: a
+        # Condition's ``with`` is two Python calls, once or twice a run
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         # While only lingering completions wait: when the committer thread takes them if
-        # the dispatcher has not; -inf: at once
-        self._until = -float("inf")
+        # the dispatcher has not (AT_ONCE: at once)
+        self._until = AT_ONCE
         # Completions committed by dispatchers, for the committer thread to report
         self._reports: deque[tuple[Sequence[Completion], Sequence[Committed]]] = deque()
         self.thread: threading.Thread | None = None
@@ -96,21 +104,21 @@ class GroupCommit:
         (the caller commits it). ``linger``: it waits for the dispatcher's next claim
         (:meth:`lingering`), or :data:`LINGER` seconds after the last one. O(1), besides
         waiting for room."""
-        with self._changed:
+        with self._lock:
             committer = self.thread
             if committer is None:
                 return False
             if committer is not threading.current_thread():
                 while len(self._waiting) >= self._batch and self.thread is committer:
                     if linger:  # its own completions fill the queue: commit them now
-                        self._until = -float("inf")
+                        self._until = AT_ONCE
                         self._changed.notify_all()
                     self._changed.wait()
             if self.thread is not committer:
                 return False
             if not linger:
-                self._until = -float("inf")
-            elif not self._waiting or self._until > -float("inf"):
+                self._until = AT_ONCE
+            elif not self._waiting or self._until > AT_ONCE:
                 self._until = time.monotonic() + LINGER  # (none urgent)
             self._waiting.append(completion)
             if not linger or len(self._waiting) == 1:
@@ -119,8 +127,8 @@ class GroupCommit:
 
     def lingering(self) -> list[Completion]:
         """The completions waiting for a dispatcher's claim, taken (to commit with it)."""
-        with self._changed:
-            if self._waiting and self._until > -float("inf"):
+        with self._lock:
+            if self._waiting and self._until > AT_ONCE:
                 return self._take()
             return []
 
@@ -154,7 +162,7 @@ class GroupCommit:
         """The completions waiting to be committed, taken (under the condition)."""
         batch = list(self._waiting)
         self._waiting.clear()
-        self._until = -float("inf")
+        self._until = AT_ONCE
         self._changed.notify_all()  # room for callers waiting to hand over
         return batch
 
@@ -176,7 +184,7 @@ class GroupCommit:
         """Report committed completions: on the committer thread while there is one
         (a dispatcher commits under its runner's claim gate, which ``on_outcome``
         may need: ``stop()`` takes it), else here."""
-        with self._changed:
+        with self._lock:
             committer = self.thread
             if committer is not None and committer is not threading.current_thread():
                 self._reports.append((batch, results))
