@@ -338,8 +338,12 @@ class SQLiteStore(StoreBase):
                 new.version = version + 1
                 if decided.requeued:
                     new.seq = next(seqs)
-                params += (task_id, fence, version)
-                params += [NULL if value is None else value for value in run_values(new)]
+                state, status, due, seq, owner, until, expiries, next_version = run_values(new)
+                params += (
+                    task_id, fence, version, state, status, NULL if due is None else due, seq,
+                    NULL if owner is None else owner, NULL if until is None else until,
+                    expiries, next_version,
+                )  # fmt: skip
             found = db.execute(_expected_sql(self._p, len(piece)), params).fetchall()
             written.update(task_id for (task_id,) in found)
         outcomes = [
