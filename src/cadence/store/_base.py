@@ -378,9 +378,10 @@ def ahead(edits: Sequence[Edit]) -> list[bool]:
     """Which of ``edits`` a database store may write ahead of the others, all in one
     statement: those decided in advance (:attr:`Edit.expect`) whose task has no other
     edit among them (the edits of one task apply in their order). O(len(edits))."""
-    if len(edits) == 1:  # a commit per run: no Counter (a Python class) to build
-        return [edits[0].expect is not None]
-    counts = Counter(edit.task_id for edit in edits)
+    ids = [edit.task_id for edit in edits]
+    if len(set(ids)) == len(ids):  # each task edited once, as usual: no Counter to build
+        return [edit.expect is not None for edit in edits]
+    counts = Counter(ids)
     return [edit.expect is not None and counts[edit.task_id] == 1 for edit in edits]
 
 
