@@ -20,14 +20,26 @@ with a ``cadence.metrics.Collector`` attached (a node serving ``/metrics``)
 prices the run counters; so do the same two by ``tick()`` on one thread, whose
 counts move less from run to run (about 0.7 %) than the Runner's threads' do
 (about 2.4 %).
+
+Two floors go beside them: the statements that same Runner drain sent (traced on
+every connection, parameters as bound), replayed in order on one connection on a
+copy of the seeded file, with nothing between them; and that replay with each
+claimed row's state decoded and encoded again by the store's codec, as a claim and
+a completion do. That is what any Python code pays to run this schema's runs
+before it decides anything (the sqlite3 module, SQLite, JSON); a durable run's
+count minus it is what the scheduler, the runner and their threads add. The
+statements are traced once per SRC by a native run; only the replay is counted,
+against a baseline that loads them and replays none.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from harness import machine
@@ -89,6 +101,70 @@ else:
     with Runner(s, on_outcome=seen):
         if not which.endswith("-base"): assert done.wait(600)
 """
+# The floor under a durable run: the statements the "durable" drain sent (traced
+# on every connection, parameters as bound), replayed in order on one connection
+# with no scheduler between them, and with each claimed row's state decoded and
+# encoded again as a completion writes it. What any Python code running this
+# schema's runs pays (sqlite3 binding and fetching, SQLite, the json module's C
+# code) before deciding anything; the drain minus it is what cadence adds.
+TRACE = r"""
+import os, pickle, shutil, sqlite3, sys, tempfile, threading, time
+sys.path.insert(0, {src!r})
+from cadence import Once, Runner
+from cadence.durable import DurableScheduler
+from cadence.store import SQLiteStore
+N, out = {n}, {out!r}
+path = os.path.join(out, "s.db")
+store = SQLiteStore(path, synchronous="NORMAL")
+s = DurableScheduler(store)
+def noop(at): pass
+s.register("noop", noop)
+at = time.time() - 1
+for i in range(N): s.schedule(f"t{{i}}", Once(at=at), "noop")
+store.close()
+shutil.copyfile(path, os.path.join(out, "seeded.db"))
+traced, order = [], threading.Lock()
+class Tracing(sqlite3.Connection):
+    def execute(self, sql, parameters=()):
+        if not sql.startswith("PRAGMA"):
+            with order:
+                traced.append((sql, tuple(parameters)))
+        return super().execute(sql, parameters)
+connect = sqlite3.connect
+sqlite3.connect = lambda *a, **k: connect(*a, factory=Tracing, **k)
+store = SQLiteStore(path, synchronous="NORMAL")
+s = DurableScheduler(store)
+s.register("noop", noop)
+done, count = threading.Event(), [0]
+def seen(outcome):
+    count[0] += 1
+    if count[0] == N: done.set()
+with Runner(s, on_outcome=seen):
+    assert done.wait(600)
+store.close()
+with open(os.path.join(out, "trace.pickle"), "wb") as f: pickle.dump(traced, f)
+"""
+REPLAY = r"""
+import os, pickle, shutil, sqlite3, sys, tempfile
+sys.path.insert(0, {src!r})
+from cadence.store._base import _decode as decode, _encode as encode  # the store's codec
+out, which = {out!r}, {which!r}
+with open(os.path.join(out, "trace.pickle"), "rb") as f: traced = pickle.load(f)
+copy = os.path.join(tempfile.mkdtemp(), "copy.db")  # each replay on a fresh copy
+shutil.copyfile(os.path.join(out, "seeded.db"), copy)
+db = sqlite3.connect(copy, isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("PRAGMA synchronous=NORMAL")
+claimed = []
+if not which.endswith("-base"):
+    for sql, parameters in traced:
+        found = db.execute(sql, parameters).fetchall()
+        if sql.startswith("UPDATE") and "RETURNING task_id, action" in sql:
+            claimed += found
+    if "json" in which:  # a claim reads each state, its completion writes it back
+        for row in claimed: encode(decode(row[3]))
+    assert db.execute("SELECT count(*) FROM cadence_outcomes").fetchone()[0] == {n}
+"""
 # workload -> (its baseline, what one operation is)
 WORKLOADS = {
     "schedule": ("none", "schedule_once"),
@@ -101,15 +177,19 @@ WORKLOADS = {
     "durable-rate": ("durable-rate-base", "durable run of a fixed-rate task (bench/durable.py)"),
     "durable-tick": ("durable-tick-base", "durable run by tick(): one thread, a commit per run"),
     "durable-tick-metrics": ("durable-tick-metrics-base", "the same, counting its runs"),
+    "durable-sql": ("durable-sql-base", "floor: the durable run's own SQL, replayed"),
+    "durable-sql-json": ("durable-sql-base", "floor: that SQL and its state's JSON"),
 }
 
 
 def instructions(src: str, which: str) -> int:
-    if which.startswith("durable"):
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if which.startswith("durable-sql"):
+        code = REPLAY.format(src=src, out=_traced(src, env), n=DURABLE_N, which=which)
+    elif which.startswith("durable"):
         code = DURABLE.format(src=src, n=DURABLE_N, which=which)
     else:
         code = WORKLOAD.format(src=src, n=N, which=which)
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
     out = subprocess.run(
         [
             "valgrind",
@@ -129,14 +209,32 @@ def instructions(src: str, which: str) -> int:
     return int(match.group(1))
 
 
+_TRACES: dict[str, str] = {}
+
+
+def _traced(src: str, env: dict[str, str]) -> str:
+    """A directory holding the seeded file's copy and the statements ``src``'s durable
+    drain sent (run once per SRC, natively: only their replay is counted)."""
+    if src not in _TRACES:
+        out = tempfile.mkdtemp(prefix="cadence-trace-")
+        code = TRACE.format(src=src, n=DURABLE_N, out=out)
+        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        _TRACES[src] = out
+    return _TRACES[src]
+
+
 def main(argv: list[str]) -> None:
     srcs = argv or [str(Path(__file__).resolve().parent.parent / "src")]
     counts: dict[str, dict[str, int]] = {src: {} for src in srcs}
     names = sorted(set(WORKLOADS) | {base for base, _ in WORKLOADS.values()})
-    for src in srcs:
-        for which in names:
-            counts[src][which] = instructions(src, which)
-            print(f"{src}: {which} done", file=sys.stderr)
+    try:
+        for src in srcs:
+            for which in names:
+                counts[src][which] = instructions(src, which)
+                print(f"{src}: {which} done", file=sys.stderr)
+    finally:
+        for trace in _TRACES.values():
+            shutil.rmtree(trace)
     head = "| operation | " + " | ".join(srcs) + " |"
     lines = [head, "|---|" + "---|" * len(srcs)]
     for which, (base, label) in WORKLOADS.items():
