@@ -22,14 +22,15 @@ counts move less from run to run (about 0.7 %) than the Runner's threads' do
 (about 2.4 %).
 
 Two floors go beside them: the statements that same Runner drain sent (traced on
-every connection, parameters as bound), replayed in order on one connection on a
-copy of the seeded file, with nothing between them; and that replay with each
+every connection, parameters as bound), replayed in order on one connection, with
+nothing between them, after the statements that made and seeded its file (the
+baseline replays only those); and that replay with each
 claimed row's state decoded and encoded again by the store's codec, as a claim and
 a completion do. That is what any Python code pays to run this schema's runs
 before it decides anything (the sqlite3 module, SQLite, JSON); a durable run's
 count minus it is what the scheduler, the runner and their threads add. The
-statements are traced once per SRC by a native run; only the replay is counted,
-against a baseline that loads them and replays none.
+statements are traced once per SRC by a native run of the first durable
+workload; only the replay is counted.
 """
 
 from __future__ import annotations
@@ -108,62 +109,47 @@ else:
 # schema's runs pays (sqlite3 binding and fetching, SQLite, the json module's C
 # code) before deciding anything; the drain minus it is what cadence adds.
 TRACE = r"""
-import os, pickle, shutil, sqlite3, sys, tempfile, threading, time
+import pickle, sqlite3, sys, threading
 sys.path.insert(0, {src!r})
-from cadence import Once, Runner
-from cadence.durable import DurableScheduler
-from cadence.store import SQLiteStore
-N, out = {n}, {out!r}
-path = os.path.join(out, "s.db")
-store = SQLiteStore(path, synchronous="NORMAL")
-s = DurableScheduler(store)
-def noop(at): pass
-s.register("noop", noop)
-at = time.time() - 1
-for i in range(N): s.schedule(f"t{{i}}", Once(at=at), "noop")
-store.close()
-shutil.copyfile(path, os.path.join(out, "seeded.db"))
-traced, order = [], threading.Lock()
+import cadence
+traced, order, marks = [], threading.Lock(), []
 class Tracing(sqlite3.Connection):
     def execute(self, sql, parameters=()):
+        cursor = super().execute(sql, parameters)  # (what failed, a probe, is not replayed)
         if not sql.startswith("PRAGMA"):
             with order:
                 traced.append((sql, tuple(parameters)))
-        return super().execute(sql, parameters)
+        return cursor
 connect = sqlite3.connect
 sqlite3.connect = lambda *a, **k: connect(*a, factory=Tracing, **k)
-store = SQLiteStore(path, synchronous="NORMAL")
-s = DurableScheduler(store)
-s.register("noop", noop)
-done, count = threading.Event(), [0]
-def seen(outcome):
-    count[0] += 1
-    if count[0] == N: done.set()
-with Runner(s, on_outcome=seen):
-    assert done.wait(600)
+start = cadence.Runner.start
+def marked(runner):  # where the file is made and seeded, and the drain begins
+    marks.append(len(traced))
+    start(runner)
+cadence.Runner.start = marked
+{durable}
 store.close()
-with open(os.path.join(out, "trace.pickle"), "wb") as f: pickle.dump(traced, f)
+with open({out!r}, "wb") as f: pickle.dump((traced, marks[0]), f)
 """
 REPLAY = r"""
-import os, pickle, shutil, sqlite3, sys, tempfile
+import os, pickle, sqlite3, sys, tempfile
 sys.path.insert(0, {src!r})
 from cadence.store._base import _decode as decode, _encode as encode  # the store's codec
-out, which = {out!r}, {which!r}
-with open(os.path.join(out, "trace.pickle"), "rb") as f: traced = pickle.load(f)
-copy = os.path.join(tempfile.mkdtemp(), "copy.db")  # each replay on a fresh copy
-shutil.copyfile(os.path.join(out, "seeded.db"), copy)
-db = sqlite3.connect(copy, isolation_level=None)
+which = {which!r}
+with open({out!r}, "rb") as f: traced, mark = pickle.load(f)
+db = sqlite3.connect(os.path.join(tempfile.mkdtemp(), "s.db"), isolation_level=None)
 db.execute("PRAGMA journal_mode=WAL")
 db.execute("PRAGMA synchronous=NORMAL")
 claimed = []
-if not which.endswith("-base"):
-    for sql, parameters in traced:
-        found = db.execute(sql, parameters).fetchall()
-        if sql.startswith("UPDATE") and "RETURNING task_id, action" in sql:
-            claimed += found
-    if "json" in which:  # a claim reads each state, its completion writes it back
-        for row in claimed: encode(decode(row[3]))
-    assert db.execute("SELECT count(*) FROM cadence_outcomes").fetchone()[0] == {n}
+# the baseline makes and seeds the file; the drain's statements come after
+for sql, parameters in traced[: mark if which.endswith("-base") else None]:
+    found = db.execute(sql, parameters).fetchall()
+    if sql.startswith("UPDATE") and "RETURNING task_id, action" in sql:
+        claimed += found
+if "json" in which:  # a claim reads each state, its completion writes it back
+    for row in claimed: encode(decode(row[3]))
+done = db.execute("SELECT count(*) FROM cadence_outcomes").fetchone()[0]
+assert done == (0 if which.endswith("-base") else {n}), done
 """
 # workload -> (its baseline, what one operation is)
 WORKLOADS = {
@@ -213,14 +199,15 @@ _TRACES: dict[str, str] = {}
 
 
 def _traced(src: str, env: dict[str, str]) -> str:
-    """A directory holding the seeded file's copy and the statements ``src``'s durable
-    drain sent (run once per SRC, natively: only their replay is counted)."""
+    """A file holding the statements ``src``'s "durable" workload sent, and where its
+    drain began (run once per SRC, natively: only their replay is counted)."""
     if src not in _TRACES:
         out = tempfile.mkdtemp(prefix="cadence-trace-")
-        code = TRACE.format(src=src, n=DURABLE_N, out=out)
+        durable = DURABLE.format(src=src, n=DURABLE_N, which="durable")
+        code = TRACE.format(src=src, durable=durable, out=os.path.join(out, "trace.pickle"))
         subprocess.run([sys.executable, "-c", code], env=env, check=True)
         _TRACES[src] = out
-    return _TRACES[src]
+    return os.path.join(_TRACES[src], "trace.pickle")
 
 
 def main(argv: list[str]) -> None:
@@ -233,8 +220,8 @@ def main(argv: list[str]) -> None:
                 counts[src][which] = instructions(src, which)
                 print(f"{src}: {which} done", file=sys.stderr)
     finally:
-        for trace in _TRACES.values():
-            shutil.rmtree(trace)
+        for directory in _TRACES.values():
+            shutil.rmtree(directory)
     head = "| operation | " + " | ".join(srcs) + " |"
     lines = [head, "|---|" + "---|" * len(srcs)]
     for which, (base, label) in WORKLOADS.items():
