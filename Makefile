@@ -1,10 +1,10 @@
-# cadence: `make demo` and `make test` work on a fresh machine (python3, make, git).
+# rota: `make demo` and `make test` work on a fresh machine (python3, make, git).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo web-demo test lint typecheck unit bench clean
+.PHONY: demo web-demo test lint typecheck unit dist bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,13 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
+# The sdist and the wheel, in dist/, checked as the package index would
+# (tests/test_dist.py builds them the same way and installs the wheel).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist
+	$(BIN)/twine check --strict dist/*
+
 $(VENV)/.bench: $(STAMP) bench/peer_drains/requirements-aps4.txt
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	test -x .venv-aps4/bin/python || $(PYTHON) -m venv .venv-aps4
@@ -60,4 +67,4 @@ bench: $(VENV)/.bench
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/scale.py
 
 clean:
-	rm -rf $(VENV) .venv-aps4 .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-aps4 dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

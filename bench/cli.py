@@ -1,9 +1,9 @@
-"""``cadence run`` as operators run it: runs per second and lag with 1, 50 and 200
+"""``rota run`` as operators run it: runs per second and lag with 1, 50 and 200
 one-second shell jobs, without and with the live view (on a pseudo-terminal), and the
 node's memory while a job prints 400 MB.
 
 Usage: ``python bench/cli.py`` (about two minutes); writes ``bench/results/cli.md``
-and ``cli.json``. Each drain runs ``cadence run`` for ``SECONDS`` seconds on a fresh
+and ``cli.json``. Each drain runs ``rota run`` for ``SECONDS`` seconds on a fresh
 SQLite file, then reads the outcomes it recorded: runs per second and the p99 of
 ``started - slot`` (lag). The live view is measured on a real pseudo-terminal
 (``pty.openpty``), as a user's terminal would show it.
@@ -35,7 +35,7 @@ PRINTED = 400_000_000
 def _start(directory: Path, text: str, *, live: bool, extra: tuple[str, ...] = ()) -> Any:
     jobs = directory / "jobs.toml"
     jobs.write_text(text)
-    argv = [sys.executable, "-m", "cadence", *extra, "run", str(jobs), "--store",
+    argv = [sys.executable, "-m", "rota", *extra, "run", str(jobs), "--store",
             f"sqlite:///{directory / 's.db'}", "--workers", "16",
             "--live", "yes" if live else "no"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "120"}
@@ -71,7 +71,7 @@ def drain(jobs: int, live: bool) -> dict[str, float]:
         if leader is not None:
             os.close(leader)
         with sqlite3.connect(directory / "s.db") as db:
-            rows = db.execute("SELECT slot, started FROM cadence_outcomes").fetchall()
+            rows = db.execute("SELECT slot, started FROM rota_outcomes").fetchall()
     lags = sorted(started - slot for slot, started in rows)
     p99 = lags[min(len(lags) - 1, round(0.99 * (len(lags) - 1)))] if lags else float("nan")
     return {"runs": len(rows), "runs_per_s": len(rows) / SECONDS, "p99_lag_s": p99}
@@ -106,7 +106,7 @@ def memory() -> dict[str, float]:
         while time.monotonic() < deadline:
             peak = max(peak, _rss(proc.pid))
             with sqlite3.connect(directory / "s.db") as db:
-                if db.execute("SELECT count(*) FROM cadence_outcomes").fetchone()[0]:
+                if db.execute("SELECT count(*) FROM rota_outcomes").fetchone()[0]:
                     break
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)

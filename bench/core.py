@@ -1,4 +1,4 @@
-"""Core benchmark: cadence against stdlib ``sched`` and the raw heap floor, virtual time.
+"""Core benchmark: rota against stdlib ``sched`` and the raw heap floor, virtual time.
 
 The same workloads as ``peers.py`` (see its docstring for the method), for
 the three peers that need nothing beyond the standard library: quick to run
@@ -15,4 +15,4 @@ import sys
 import peers
 
 if __name__ == "__main__":
-    peers.main(sys.argv[1:], only=("floor", "sched", "cadence"), name="core")
+    peers.main(sys.argv[1:], only=("floor", "sched", "rota"), name="core")

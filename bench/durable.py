@@ -1,10 +1,10 @@
-"""Durable throughput, failover and start-up: cadence on SQLite beside the raw-SQL floor.
+"""Durable throughput, failover and start-up: rota on SQLite beside the raw-SQL floor.
 
 Run: ``python bench/durable.py`` (writes ``bench/results/durable.md`` and ``.json``).
 
 * **Throughput**: drain N due runs (fixed-rate tasks due now, with a period so
   long that each runs once), each run's completion durable before the next
-  claim's effect is visible. Measured for cadence (a ``Runner`` on a
+  claim's effect is visible. Measured for rota (a ``Runner`` on a
   ``DurableScheduler`` with its defaults: claims of up to 128 runs (a runner
   without a pool claims what it starts within a poll, so here the full 128
   after a first claim of one), one commit per claim, then one per
@@ -13,13 +13,13 @@ Run: ``python bench/durable.py`` (writes ``bench/results/durable.md`` and ``.jso
   committer thread, those that queue during a commit sharing the next), for
   the raw-SQL floor of the same claim/complete cycle
   (``../shared/bench/durable-floor/``'s shape: no scheduling logic at all),
-  for cadence's store alone (its transactions, the completions decided up
+  for rota's store alone (its transactions, the completions decided up
   front, nothing run: the store's share of a run), and for APScheduler 3
   with ``SQLAlchemyJobStore`` on SQLite (the peer users run today), all on
   one SQLite file in WAL mode, ``synchronous=FULL`` and
   ``NORMAL``; on PostgreSQL beside its floor, APScheduler 4 (pre-release,
   ``SQLAlchemyDataStore``, in a virtualenv of its own) and procrastinate
-  (``bench/peer_drains/``), one process and four. Each of cadence's drains
+  (``bench/peer_drains/``), one process and four. Each of rota's drains
   ends by checking its outcomes: every task completed once, none lost, none
   completed twice.
 * **Failover**: two worker processes, a lease of 1 s; the one running a task
@@ -54,8 +54,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cadence import DurableScheduler, FixedRate, Runner  # noqa: E402
-from cadence.store import Change, Edit, Known, OutcomeRow, SQLiteStore, TaskRow  # noqa: E402
+from rota import DurableScheduler, FixedRate, Runner  # noqa: E402
+from rota.store import Change, Edit, Known, OutcomeRow, SQLiteStore, TaskRow  # noqa: E402
 
 N = int(os.environ.get("N", "5000"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
@@ -74,7 +74,7 @@ def _fresh(directory: str, name: str) -> str:
     return path
 
 
-def cadence_drain(directory: str, sync: str, workers: int = 0, group: bool = True) -> float:
+def rota_drain(directory: str, sync: str, workers: int = 0, group: bool = True) -> float:
     """Runs/s of a Runner draining N due tasks from a SQLite store.
 
     ``group``: the completions of each claimed batch are committed together
@@ -82,22 +82,22 @@ def cadence_drain(directory: str, sync: str, workers: int = 0, group: bool = Tru
     runs to a thread pool of that size (completions arriving together from
     several threads share commits).
     """
-    path = _fresh(directory, f"cadence-{sync}.db")
+    path = _fresh(directory, f"rota-{sync}.db")
     seed(SQLiteStore(path, synchronous="NORMAL"))
     store = SQLiteStore(path, synchronous=sync)  # type: ignore[arg-type]
     rate = drain(DurableScheduler(store, group_commit=group, imports=IMPORTS), workers)
     store.close()
     with contextlib.closing(sqlite3.connect(path)) as db:
-        _each_once(db.execute("SELECT count(*), count(DISTINCT task_id) FROM cadence_outcomes"))
+        _each_once(db.execute("SELECT count(*), count(DISTINCT task_id) FROM rota_outcomes"))
     return rate
 
 
 def replay_drain(directory: str, sync: str, group: bool = True) -> float:
-    """Runs/s of a replay of cadence's own SQL: the statements a Runner with group commit
+    """Runs/s of a replay of rota's own SQL: the statements a Runner with group commit
     (else, ``group`` false, a commit per run) sent while draining N runs (traced on every
     connection, in the order they ran, parameters inlined, transactions included),
     executed again on a copy of the seeded file, one after the other on one connection,
-    with no Python between them. What the schema's SQL costs by itself; the ``cadence``
+    with no Python between them. What the schema's SQL costs by itself; the ``rota``
     row of the same commit mode beside it is what the scheduler adds."""
     path = _fresh(directory, f"replay-{sync}.db")
     seed(SQLiteStore(path, synchronous="NORMAL"))
@@ -135,7 +135,7 @@ def replay_drain(directory: str, sync: str, group: bool = True) -> float:
     for text in statements:
         db.execute(text).fetchall()
     elapsed = time.perf_counter() - start
-    _each_once(db.execute("SELECT count(*), count(DISTINCT task_id) FROM cadence_outcomes"))
+    _each_once(db.execute("SELECT count(*), count(DISTINCT task_id) FROM rota_outcomes"))
     db.close()
     return N / elapsed
 
@@ -260,7 +260,7 @@ def floor_drain(directory: str, sync: str, per_row: bool) -> float:
     return N / elapsed
 
 
-PG = os.environ.get("CADENCE_PG_DSN")
+PG = os.environ.get("ROTA_PG_DSN")
 """A PostgreSQL server to measure on too (``make bench`` runs this under
 ``tests/postgres_server.py``, which starts one)."""
 
@@ -306,12 +306,12 @@ def pg_floor_drain(per_row: bool) -> float:
     return N / elapsed
 
 
-def cadence_pg_drain(group: bool, workers: int = 0) -> float:
+def rota_pg_drain(group: bool, workers: int = 0) -> float:
     """Runs/s of a Runner (with a pool of ``workers`` threads, if any) draining N due
     tasks from a PostgresStore."""
     import uuid
 
-    from cadence.store import PostgresStore
+    from rota.store import PostgresStore
 
     assert PG is not None
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
@@ -331,8 +331,8 @@ def cadence_pg_drain(group: bool, workers: int = 0) -> float:
 
 _WORKER = """
 import sys, threading
-from cadence import DurableScheduler, Runner
-from cadence.store import PostgresStore
+from rota import DurableScheduler, Runner
+from rota.store import PostgresStore
 sched = DurableScheduler(PostgresStore(sys.argv[1], prefix=sys.argv[2]), imports=True)
 print("ready", flush=True)
 sys.stdin.readline()  # go
@@ -343,7 +343,7 @@ runner.stop()
 """
 
 
-def cadence_pg_processes(processes: int = 4) -> float:
+def rota_pg_processes(processes: int = 4) -> float:
     """Runs/s of ``processes`` runner processes sharing one PostgreSQL schedule, draining
     N runs each (as many as one process drains in the other rows: the start-up of the
     runners, about 0.1 s for four, weighs as much as it does there)."""
@@ -351,7 +351,7 @@ def cadence_pg_processes(processes: int = 4) -> float:
 
     import psycopg
 
-    from cadence.store import PostgresStore
+    from rota.store import PostgresStore
 
     assert PG is not None
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
@@ -575,12 +575,12 @@ def startup(directory: str, rows: int = 1_000_000) -> float:
     db.execute("PRAGMA synchronous=OFF")
     spec, state = json.dumps(template.spec), json.dumps(template.state)
     db.executemany(
-        "INSERT INTO cadence_tasks (task_id, action, spec, state, status, paused, due, "
+        "INSERT INTO rota_tasks (task_id, action, spec, state, status, paused, due, "
         "priority, seq) VALUES (?, ?, ?, ?, 'scheduled', 0, ?, 0, ?)",
         ((f"t{i:07}", template.action, spec, state, 10**8 + i, i) for i in range(rows)),
     )
     db.execute(
-        "INSERT INTO cadence_tasks (task_id, action, spec, state, status, paused, due, "
+        "INSERT INTO rota_tasks (task_id, action, spec, state, status, paused, due, "
         "priority, seq) VALUES ('now', ?, ?, ?, 'scheduled', 0, 1, 0, ?)",
         (template.action, spec, state, rows),
     )
@@ -607,27 +607,27 @@ def main() -> None:
                     ("floor, commit per run", lambda s: floor_drain(directory, s, True)),
                     ("floor, commit per 32", lambda s: floor_drain(directory, s, False)),
                     (
-                        "cadence's store alone, commit per run",
+                        "rota's store alone, commit per run",
                         lambda s: store_drain(directory, s, False),
                     ),
-                    ("cadence's store alone, group commit", lambda s: store_drain(directory, s)),
+                    ("rota's store alone, group commit", lambda s: store_drain(directory, s)),
                     (
-                        "replay of cadence's SQL, commit per run",
+                        "replay of rota's SQL, commit per run",
                         lambda s: replay_drain(directory, s, False),
                     ),
-                    ("cadence, commit per run", lambda s: cadence_drain(directory, s, 0, False)),
+                    ("rota, commit per run", lambda s: rota_drain(directory, s, 0, False)),
                     (
-                        "cadence, commit per run, pool of 16",
-                        lambda s: cadence_drain(directory, s, 16, False),
+                        "rota, commit per run, pool of 16",
+                        lambda s: rota_drain(directory, s, 16, False),
                     ),
                     (
-                        "replay of cadence's SQL, group commit",
+                        "replay of rota's SQL, group commit",
                         lambda s: replay_drain(directory, s),
                     ),
-                    ("cadence, group commit", lambda s: cadence_drain(directory, s)),
+                    ("rota, group commit", lambda s: rota_drain(directory, s)),
                     (
-                        "cadence, group commit, pool of 16",
-                        lambda s: cadence_drain(directory, s, 16),
+                        "rota, group commit, pool of 16",
+                        lambda s: rota_drain(directory, s, 16),
                     ),
                     (
                         "APScheduler 3 + SQLAlchemyJobStore",
@@ -644,11 +644,11 @@ def main() -> None:
                 pg_runs: list[tuple[str, Callable[[str], float | None]]] = [
                     ("floor, commit per run", lambda _: pg_floor_drain(True)),
                     ("floor, commit per 32", lambda _: pg_floor_drain(False)),
-                    ("cadence, commit per run", lambda _: cadence_pg_drain(False)),
-                    ("cadence, commit per run, pool of 16", lambda _: cadence_pg_drain(False, 16)),
-                    ("cadence, group commit", lambda _: cadence_pg_drain(True)),
-                    ("cadence, group commit, pool of 16", lambda _: cadence_pg_drain(True, 16)),
-                    ("cadence, group commit, 4 processes", lambda _: cadence_pg_processes(4)),
+                    ("rota, commit per run", lambda _: rota_pg_drain(False)),
+                    ("rota, commit per run, pool of 16", lambda _: rota_pg_drain(False, 16)),
+                    ("rota, group commit", lambda _: rota_pg_drain(True)),
+                    ("rota, group commit, pool of 16", lambda _: rota_pg_drain(True, 16)),
+                    ("rota, group commit, 4 processes", lambda _: rota_pg_processes(4)),
                 ]
                 for procs, label in ((1, "1 process"), (4, "4 processes")):
                     pg_runs += [
@@ -670,7 +670,7 @@ def main() -> None:
         if PG:
             import uuid
 
-            from cadence.store import PostgresStore
+            from rota.store import PostgresStore
 
             prefix = f"wake{uuid.uuid4().hex[:8]}_"
             wake["PostgreSQL"] = wakeup(lambda: PostgresStore(PG, prefix=prefix))
@@ -682,13 +682,13 @@ def main() -> None:
         if PG:
             import uuid
 
-            from cadence.store import PostgresStore
+            from rota.store import PostgresStore
 
             for lease in (1, 2):
                 prefix = f"fail{uuid.uuid4().hex[:8]}_"
                 failovers[f"PostgreSQL, lease {lease} s"] = failover(
                     directory, f"pg:{prefix}", PostgresStore(PG, prefix=prefix), lease,
-                    {"CADENCE_PG_DSN": PG},
+                    {"ROTA_PG_DSN": PG},
                 )  # fmt: skip
         print(f"failover: {results['failover']}", file=sys.stderr)
         results["startup"] = startup(directory)
@@ -708,7 +708,7 @@ def write(results: dict[str, Any]) -> None:
         f"{platform.platform()}, CPython {platform.python_version()}, "
         f"SQLite {sqlite3.sqlite_version}",
         "",
-        "| what | store | runs/s (best) | median | x floor per run | x cadence per run "
+        "| what | store | runs/s (best) | median | x floor per run | x rota per run "
         "| x APScheduler 4 | x procrastinate |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -716,7 +716,7 @@ def write(results: dict[str, Any]) -> None:
         name, sync = key.split(" | ")
         sync_shown = f"SQLite {sync}" if sync != "PostgreSQL" else sync
         floor = best[f"floor, commit per run | {sync}"]
-        mine = best[f"cadence, commit per run | {sync}"]
+        mine = best[f"rota, commit per run | {sync}"]
         # each PostgreSQL row beside the peers with as many processes
         label = "4 processes" if "4 processes" in name else "1 process"
         peers = [best.get(f"{peer}, {label} | {sync}") for peer in
@@ -728,14 +728,14 @@ def write(results: dict[str, Any]) -> None:
         )
     for sync in ("FULL", "NORMAL"):
         against = [
-            f"{mode}, {best[f'cadence, {mode} | {sync}'] / best[replay]:.2f}"
+            f"{mode}, {best[f'rota, {mode} | {sync}'] / best[replay]:.2f}"
             for mode in ("commit per run", "group commit")
-            if (replay := f"replay of cadence's SQL, {mode} | {sync}") in best
+            if (replay := f"replay of rota's SQL, {mode} | {sync}") in best
         ]
         if against:
             lines += [
                 "",
-                f"cadence / the replay of its own SQL (best against best), SQLite {sync}: "
+                f"rota / the replay of its own SQL (best against best), SQLite {sync}: "
                 + "; ".join(against)
                 + ".",
             ]
@@ -781,7 +781,7 @@ REPLAY_MODES = (("group commit", True), ("commit per run", False))
 
 
 def replay_main() -> None:
-    """``python bench/durable.py replay``: cadence beside the replay of its own SQL, with
+    """``python bench/durable.py replay``: rota beside the replay of its own SQL, with
     group commit and with a commit per run, SQLite NORMAL and FULL, ROUNDS alternating
     rounds; writes ``bench/results/replay.md``."""
     rates: dict[str, list[float]] = {}
@@ -791,8 +791,8 @@ def replay_main() -> None:
                 for mode, group in REPLAY_MODES:
                     replay = replay_drain(directory, sync, group)
                     rates.setdefault(f"replay | {mode} | {sync}", []).append(replay)
-                    mine = cadence_drain(directory, sync, 0, group)
-                    rates.setdefault(f"cadence | {mode} | {sync}", []).append(mine)
+                    mine = rota_drain(directory, sync, 0, group)
+                    rates.setdefault(f"rota | {mode} | {sync}", []).append(mine)
     lines = [
         f"Command: `python bench/durable.py replay` (N = {N:,} runs, {ROUNDS} rounds, "
         "alternating)",
@@ -800,14 +800,14 @@ def replay_main() -> None:
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"CPython {platform.python_version()}, SQLite {sqlite3.sqlite_version}",
         "",
-        "| SQLite | commits | replay runs/s (median) | cadence runs/s (median) "
-        "| cadence / replay | each round's |",
+        "| SQLite | commits | replay runs/s (median) | rota runs/s (median) "
+        "| rota / replay | each round's |",
         "|---|---|---|---|---|---|",
     ]
     for sync in ("NORMAL", "FULL"):
         for mode, _ in REPLAY_MODES:
             floors = rates[f"replay | {mode} | {sync}"]
-            ours = rates[f"cadence | {mode} | {sync}"]
+            ours = rates[f"rota | {mode} | {sync}"]
             # (each round's ratio too: on a shared machine the pace drifts between rounds)
             rounds = ", ".join(f"{m / r:.2f}" for r, m in zip(floors, ours, strict=True))
             floor, median = statistics.median(floors), statistics.median(ours)

@@ -3,13 +3,13 @@
 For each target (Celery, RQ, Dramatiq, arq), on a throwaway Redis:
 
 * **floor**: the queue's own client publishing ``N`` messages in a plain loop
-  (what cadence's publish calls, with a fresh key each: ``cadence.handoff``'s
+  (what rota's publish calls, with a fresh key each: ``rota.handoff``'s
   per-target function, no scheduler);
 * **one node**: ``N`` slots due at once (10 tasks of ``N / 10`` past slots each)
   on a SQLite store, drained by one ``Runner``: publishes per second, and the
   hand-off lag (slot's run start minus the time the drain began: how long the last
   slot waited), p50 and p99, from the outcomes;
-* **three nodes** (with ``$CADENCE_PG_DSN``: run it under
+* **three nodes** (with ``$ROTA_PG_DSN``: run it under
   ``tests/postgres_server.py``): the same slots on PostgreSQL, drained by three
   node processes (the fault tests' worker: claim batch 1, no pool);
 * **three nodes, spread**: the ``N`` slots as the backlogs of ``N / 10`` tasks
@@ -18,7 +18,7 @@ For each target (Celery, RQ, Dramatiq, arq), on a throwaway Redis:
 
 * **live**: a real-time schedule on one node (100 slots a second for 10 s): the
   hand-off lag from each slot to its message accepted by the broker;
-* **Celery beat** (the peer cadence replaces), driven in-process: its own
+* **Celery beat** (the peer rota replaces), driven in-process: its own
   ``celery.beat.Scheduler`` with ``N`` entries, each due now (beat runs a
   missed entry once, not each slot it missed, so ``N`` due slots are ``N``
   entries), ticked in a loop as ``celery beat`` does, without its sleeps:
@@ -44,9 +44,9 @@ from typing import Any
 
 from harness import machine
 
-from cadence import FixedRate, RunContext, Runner, handoff
-from cadence.durable import DurableScheduler
-from cadence.store import SQLiteStore
+from rota import FixedRate, RunContext, Runner, handoff
+from rota.durable import DurableScheduler
+from rota.store import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
 N = int(os.environ.get("HANDOFF_N", "2000"))  # a smaller N for a quick look
@@ -177,14 +177,14 @@ def live(target: str, where: Path) -> dict[str, Any]:
 
 
 def three_nodes(target: str, url: str, *, spread: bool = False) -> dict[str, Any] | None:
-    dsn = os.environ.get("CADENCE_PG_DSN")
+    dsn = os.environ.get("ROTA_PG_DSN")
     if not dsn:
         return None
-    from cadence.store import PostgresStore
+    from rota.store import PostgresStore
 
     prefix = f"b{uuid.uuid4().hex[:8]}_"
     sched = DurableScheduler(PostgresStore(dsn, prefix=prefix))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CADENCE_BROKER_BENCH": url, "LEASE": "5",
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ROTA_BROKER_BENCH": url, "LEASE": "5",
            **({"BATCH": "32", "WORKERS": "4"} if spread else {})}  # fmt: skip
     ready = [Path(tempfile.mkdtemp()) / "ready" for _ in range(3)]
     nodes = [

@@ -6,7 +6,7 @@ busy the machine), so they show small changes that timing cannot. Used to
 check that a change leaves the default hot paths no slower.
 
 Usage: ``python bench/instructions.py [SRC ...]`` where each SRC is a
-``src`` directory holding a ``cadence`` package (default: this checkout's);
+``src`` directory holding a ``rota`` package (default: this checkout's);
 e.g. ``git worktree add /tmp/old REV`` then
 ``python bench/instructions.py /tmp/old/src src``. Needs valgrind.
 
@@ -16,7 +16,7 @@ off; the figure is (instructions of the run - instructions of its baseline) /
 (NORMAL) through a Runner with group commit, GC on as users run it, against a
 baseline that stores the same rows a day ahead and starts and stops the
 Runner: every thread's instructions count, SQLite's included. The same drain
-with a ``cadence.metrics.Collector`` attached (a node serving ``/metrics``)
+with a ``rota.metrics.Collector`` attached (a node serving ``/metrics``)
 prices the run counters; so do the same two by ``tick()`` on one thread, whose
 counts move less from run to run (about 0.7 %) than the Runner's threads' do
 (about 2.4 %).
@@ -49,7 +49,7 @@ N = 20_000
 WORKLOAD = r"""
 import gc, random, sys
 sys.path.insert(0, {src!r})
-from cadence import Scheduler
+from rota import Scheduler
 gc.disable()
 N = {n}
 rng = random.Random(1)
@@ -75,9 +75,9 @@ DURABLE_N = 3_000
 DURABLE = r"""
 import os, sys, tempfile, threading, time
 sys.path.insert(0, {src!r})
-from cadence import FixedRate, Once, Runner
-from cadence.durable import DurableScheduler
-from cadence.store import SQLiteStore
+from rota import FixedRate, Once, Runner
+from rota.durable import DurableScheduler
+from rota.store import SQLiteStore
 N = {n}
 store = SQLiteStore(os.path.join(tempfile.mkdtemp(), "s.db"), synchronous="NORMAL")
 s = DurableScheduler(store)
@@ -90,7 +90,7 @@ at = time.time() - 1 + (86_400 if which.endswith("-base") else 0)
 when = (lambda: FixedRate(10**9, start=at)) if "rate" in which else (lambda: Once(at=at))
 for i in range(N): s.schedule(f"t{{i}}", when(), "noop")
 if "metrics" in which:  # a node serving /metrics counts its own runs
-    from cadence.metrics import Collector
+    from rota.metrics import Collector
     collector = Collector(s)
 if "tick" in which:  # one thread, no runner: the steadiest count
     if not which.endswith("-base"): assert len(s.tick(time.time())) == N
@@ -107,11 +107,11 @@ else:
 # with no scheduler between them, and with each claimed row's state decoded and
 # encoded again as a completion writes it. What any Python code running this
 # schema's runs pays (sqlite3 binding and fetching, SQLite, the json module's C
-# code) before deciding anything; the drain minus it is what cadence adds.
+# code) before deciding anything; the drain minus it is what rota adds.
 TRACE = r"""
 import pickle, sqlite3, sys, threading
 sys.path.insert(0, {src!r})
-import cadence
+import rota
 traced, order, marks = [], threading.Lock(), []
 class Tracing(sqlite3.Connection):
     def execute(self, sql, parameters=()):
@@ -122,11 +122,11 @@ class Tracing(sqlite3.Connection):
         return cursor
 connect = sqlite3.connect
 sqlite3.connect = lambda *a, **k: connect(*a, factory=Tracing, **k)
-start = cadence.Runner.start
+start = rota.Runner.start
 def marked(runner):  # where the file is made and seeded, and the drain begins
     marks.append(len(traced))
     start(runner)
-cadence.Runner.start = marked
+rota.Runner.start = marked
 {durable}
 store.close()
 with open({out!r}, "wb") as f: pickle.dump((traced, marks[0]), f)
@@ -134,7 +134,7 @@ with open({out!r}, "wb") as f: pickle.dump((traced, marks[0]), f)
 REPLAY = r"""
 import os, pickle, sqlite3, sys, tempfile
 sys.path.insert(0, {src!r})
-from cadence.store._base import _decode as decode, _encode as encode  # the store's codec
+from rota.store._base import _decode as decode, _encode as encode  # the store's codec
 which = {which!r}
 with open({out!r}, "rb") as f: traced, mark = pickle.load(f)
 db = sqlite3.connect(os.path.join(tempfile.mkdtemp(), "s.db"), isolation_level=None)
@@ -148,7 +148,7 @@ for sql, parameters in traced[: mark if which.endswith("-base") else None]:
         claimed += found
 if "json" in which:  # a claim reads each state, its completion writes it back
     for row in claimed: encode(decode(row[3]))
-done = db.execute("SELECT count(*) FROM cadence_outcomes").fetchone()[0]
+done = db.execute("SELECT count(*) FROM rota_outcomes").fetchone()[0]
 assert done == (0 if which.endswith("-base") else {n}), done
 """
 # workload -> (its baseline, what one operation is)
@@ -202,7 +202,7 @@ def _traced(src: str, env: dict[str, str]) -> str:
     """A file holding the statements ``src``'s "durable" workload sent, and where its
     drain began (run once per SRC, natively: only their replay is counted)."""
     if src not in _TRACES:
-        out = tempfile.mkdtemp(prefix="cadence-trace-")
+        out = tempfile.mkdtemp(prefix="rota-trace-")
         durable = DURABLE.format(src=src, n=DURABLE_N, which="durable")
         code = TRACE.format(src=src, durable=durable, out=os.path.join(out, "trace.pickle"))
         subprocess.run([sys.executable, "-c", code], env=env, check=True)

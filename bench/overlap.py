@@ -9,7 +9,7 @@ four are, and the floor is four threads each sleeping 10 ms in a loop, measured
 in the same run. Also measured: the most runs in flight at once, and
 ``Overlap.SKIP`` (one at a time, the slots due meanwhile skipped and counted).
 Each is measured in memory, and durably: a ``DurableScheduler`` on a SQLite file
-and, when ``$CADENCE_PG_DSN`` names a server, on PostgreSQL (every run's
+and, when ``$ROTA_PG_DSN`` names a server, on PostgreSQL (every run's
 completion a commit, the task's runs in flight under one lease; PostgreSQL's
 tables are left in the server, meant to be a throwaway one).
 
@@ -33,8 +33,8 @@ from typing import Any
 
 from harness import machine
 
-from cadence import DurableScheduler, FixedRate, Overlap, Runner, Scheduler, Stats
-from cadence.store import PostgresStore, SQLiteStore
+from rota import DurableScheduler, FixedRate, Overlap, Runner, Scheduler, Stats
+from rota.store import PostgresStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
 SECONDS = 2.0
@@ -67,7 +67,7 @@ def drain(overlap: Overlap, store: str) -> dict[str, float]:
             where = (
                 SQLiteStore(Path(tmp) / "overlap.db")
                 if store == "sqlite"
-                else PostgresStore(os.environ["CADENCE_PG_DSN"], prefix=prefix)
+                else PostgresStore(os.environ["ROTA_PG_DSN"], prefix=prefix)
             )
             durable = DurableScheduler(where)
             durable.register("work", work)
@@ -107,7 +107,7 @@ def floor() -> float:
 def main() -> None:
     results: dict[str, Any] = {"seconds": SECONDS, "period": PERIOD, "work": WORK,
                                "workers": WORKERS, "floor_runs_per_s": floor()}  # fmt: skip
-    stores = ["memory", "sqlite"] + (["postgres"] if os.environ.get("CADENCE_PG_DSN") else [])
+    stores = ["memory", "sqlite"] + (["postgres"] if os.environ.get("ROTA_PG_DSN") else [])
     for store in stores:
         for name, overlap in POLICIES:
             results[f"{store} {name}"] = drain(overlap, store)

@@ -1,4 +1,4 @@
-"""cadence beside its peers, through the same workloads, in one process run.
+"""rota beside its peers, through the same workloads, in one process run.
 
 Peers (installed from PyPI into the bench environment: ``pip install '.[bench]'``):
 
@@ -17,7 +17,7 @@ Peers (installed from PyPI into the bench environment: ``pip install '.[bench]'`
 * ``schedule``: its default scheduler API (``every(...).seconds.do``, one-off
   jobs returning ``CancelJob``), with ``schedule.datetime`` patched to a
   virtual clock, which is what freezegun does for its users' tests;
-* ``cadence``: ``Scheduler`` on a virtual clock, driven by ``tick``.
+* ``rota``: ``Scheduler`` on a virtual clock, driven by ``tick``.
 
 Workloads (no-op actions, the same random times for every peer):
 
@@ -58,7 +58,7 @@ from typing import Any
 import harness
 from harness import Figure, save, timed
 
-from cadence import Scheduler
+from rota import Scheduler
 
 FAR = 10.0**9
 SLOW = 30.0  # seconds: a run slower than this is timed once and not scaled up
@@ -342,8 +342,8 @@ class Schedule(Peer):
         return ran
 
 
-class Cadence(Peer):
-    name, how = "cadence", "Scheduler on a virtual clock, tick(now)"
+class Rota(Peer):
+    name, how = "rota", "Scheduler on a virtual clock, tick(now)"
 
     def fresh(self) -> None:
         self.s = Scheduler(clock=lambda: 0.0)
@@ -361,7 +361,7 @@ class Cadence(Peer):
         return len(self.s.tick(now))
 
 
-PEERS: list[type[Peer]] = [Floor, Sched, Asyncio, APScheduler3, Schedule, Cadence]
+PEERS: list[type[Peer]] = [Floor, Sched, Asyncio, APScheduler3, Schedule, Rota]
 
 
 class Bench:
@@ -529,7 +529,7 @@ def memory(peers: list[Peer], n: int) -> dict[str, float]:
 
     (sched, asyncio and schedule hand back an event/handle/job that the
     caller must keep to cancel it; the adapters keep those in a dict by id,
-    as cadence keeps its task table.) Ids and times are made before tracing.
+    as rota keeps its task table.) Ids and times are made before tracing.
     """
     times = [FAR + at for at in random_times(n)]
     ids = list(range(10**6, 10**6 + n))
@@ -578,31 +578,31 @@ def targets(figures: list[Figure]) -> list[str]:
     lines = []
     for workload in ("W1 schedule+drain", "W2 schedule+cancel", "W4 anything due?"):
         for (w, size, peer), value in sorted(best.items()):
-            if w != workload or peer in ("cadence", "floor"):
+            if w != workload or peer in ("rota", "floor"):
                 continue
-            ours = best.get((w, size, "cadence"))
+            ours = best.get((w, size, "rota"))
             if ours is None:
                 continue
             ok = ours < value
             lines.append(
-                f"{'met' if ok else 'MISSED'}: {w} {size:,}: cadence {ours:,.0f} ns vs "
+                f"{'met' if ok else 'MISSED'}: {w} {size:,}: rota {ours:,.0f} ns vs "
                 f"{peer} {value:,.0f} ns ({value / ours:.2f}x)"
             )
     w2 = sorted(
-        (s, v) for (w, s, p), v in best.items() if w == "W2 schedule+cancel" and p == "cadence"
+        (s, v) for (w, s, p), v in best.items() if w == "W2 schedule+cancel" and p == "rota"
     )
     if len(w2) >= 2:
         growth = w2[-1][1] / w2[0][1]
         lines.append(
-            f"{'met' if growth <= 2 else 'MISSED'}: W2 cadence growth {w2[0][0]:,} -> "
+            f"{'met' if growth <= 2 else 'MISSED'}: W2 rota growth {w2[0][0]:,} -> "
             f"{w2[-1][0]:,} resident: {growth:.2f}x (target <= 2x)"
         )
     for workload in ("W1 schedule+drain", "W2 schedule+cancel"):
         for (w, size, peer), value in sorted(best.items()):
-            if w == workload and peer == "cadence":
+            if w == workload and peer == "rota":
                 ratio = value / best[(w, size, "floor")]
                 lines.append(
-                    f"{'met' if ratio <= 3 else 'MISSED'}: {w} {size:,}: cadence {ratio:.2f}x "
+                    f"{'met' if ratio <= 3 else 'MISSED'}: {w} {size:,}: rota {ratio:.2f}x "
                     "the floor (target <= 3x)"
                 )
     return lines

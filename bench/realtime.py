@@ -1,9 +1,9 @@
-"""Real-time benchmark: dispatch lag of cadence's runners against asyncio and ``sched``.
+"""Real-time benchmark: dispatch lag of rota's runners against asyncio and ``sched``.
 
 Peers, all on ``time.monotonic`` and measured in the same run:
 
-* ``cadence Runner``: the dispatcher thread, actions inline;
-* ``cadence AsyncRunner``: inside an asyncio loop;
+* ``rota Runner``: the dispatcher thread, actions inline;
+* ``rota AsyncRunner``: inside an asyncio loop;
 * ``asyncio call_at``: the loop's own timers, one ``call_at`` per timer;
 * ``sched``: stdlib ``sched.scheduler(time.monotonic, time.sleep).run()``.
 
@@ -35,8 +35,8 @@ from collections.abc import Callable
 
 from harness import machine, save
 
-from cadence import AsyncRunner, Runner, Scheduler
-from cadence._stats import percentile
+from rota import AsyncRunner, Runner, Scheduler
+from rota._stats import percentile
 
 REPEATS = 3
 LEAD = 0.3  # seconds between scheduling the first timer and its due time
@@ -48,9 +48,7 @@ def spread(n: int, span: float, seed: int) -> list[float]:
     return sorted(rng.random() * span for _ in range(n))
 
 
-def cadence_timers(
-    offsets: list[float], done: Callable[[], object]
-) -> tuple[Scheduler, list[float]]:
+def rota_timers(offsets: list[float], done: Callable[[], object]) -> tuple[Scheduler, list[float]]:
     """A scheduler with one timer per offset (from LEAD s on); ``done()`` after the last run."""
     s = Scheduler(clock=time.monotonic)
     lags: list[float] = []
@@ -66,18 +64,18 @@ def cadence_timers(
     return s, lags
 
 
-def cadence_runner(offsets: list[float]) -> list[float]:
+def rota_runner(offsets: list[float]) -> list[float]:
     finished = threading.Event()
-    s, lags = cadence_timers(offsets, finished.set)
+    s, lags = rota_timers(offsets, finished.set)
     with Runner(s):
         assert finished.wait(WAIT)
     return lags
 
 
-def cadence_async(offsets: list[float]) -> list[float]:
+def rota_async(offsets: list[float]) -> list[float]:
     async def main() -> list[float]:
         finished = asyncio.Event()
-        s, lags = cadence_timers(offsets, finished.set)
+        s, lags = rota_timers(offsets, finished.set)
         async with AsyncRunner(s):
             await asyncio.wait_for(finished.wait(), WAIT)
         return lags
@@ -122,8 +120,8 @@ def stdlib_sched(offsets: list[float]) -> list[float]:
 
 
 PEERS: dict[str, Callable[[list[float]], list[float]]] = {
-    "cadence Runner": cadence_runner,
-    "cadence AsyncRunner": cadence_async,
+    "rota Runner": rota_runner,
+    "rota AsyncRunner": rota_async,
     "asyncio call_at": asyncio_call_at,
     "sched": stdlib_sched,
 }
@@ -165,7 +163,7 @@ def wake_latency(trials: int) -> dict[str, float | None]:
             s.schedule_once(i, 0, lambda at: started.set())
             assert started.wait(5)
             latencies.append(time.monotonic() - t0)
-    result["cadence Runner"] = 1000 * statistics.median(latencies)
+    result["rota Runner"] = 1000 * statistics.median(latencies)
 
     latencies = []
     loop = asyncio.new_event_loop()
@@ -207,7 +205,7 @@ def stop_latency(trials: int) -> dict[str, float]:
         t0 = time.monotonic()
         assert runner.stop(timeout=5)
         latencies.append(time.monotonic() - t0)
-    cadence = 1000 * statistics.median(latencies)
+    rota = 1000 * statistics.median(latencies)
 
     latencies = []
     for _ in range(trials):
@@ -221,7 +219,7 @@ def stop_latency(trials: int) -> dict[str, float]:
         thread.join(5)
         latencies.append(time.monotonic() - t0)
         loop.close()
-    return {"cadence Runner.stop()": cadence,
+    return {"rota Runner.stop()": rota,
             "asyncio loop.stop() + join": 1000 * statistics.median(latencies)}  # fmt: skip
 
 

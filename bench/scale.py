@@ -10,7 +10,7 @@ bench`` runs it) writes ``bench/results/scale.md`` and ``scale.json``.
    ``next_due``) for the node, p50 and p99 over 200 claims. It should be flat
    in the unknown rows.
 2. **Listing** (item 14): ``tasks(limit=1000)`` (a page), ``tasks()`` (all) and
-   ``cadence status --json`` (a process) over 10^4, 10^5 and 10^6 stored tasks,
+   ``rota status --json`` (a process) over 10^4, 10^5 and 10^6 stored tasks,
    each with one outcome. They should be one query each, linear in the rows
    returned.
 3. **A year-long misfire backlog** (item 9): the claim that decides a coalesced
@@ -37,9 +37,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from cadence import DurableScheduler, ManualClock  # noqa: E402
-from cadence.store import SQLiteStore, Store  # noqa: E402
-from cadence.store._base import COLUMNS, OUTCOME_COLUMNS, row_values  # noqa: E402
+from rota import DurableScheduler, ManualClock  # noqa: E402
+from rota.store import SQLiteStore, Store  # noqa: E402
+from rota.store._base import COLUMNS, OUTCOME_COLUMNS, row_values  # noqa: E402
 
 NOW = 1_800_000_000
 CLAIMS = 200
@@ -60,21 +60,21 @@ class Target:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.dir = tempfile.mkdtemp(prefix="cadence-scale-")
+        self.dir = tempfile.mkdtemp(prefix="rota-scale-")
         self.prefix = f"scale{os.getpid()}_"
         self.url = ""
 
     def store(self) -> Store:
         if self.kind == "sqlite":
             return SQLiteStore(Path(self.dir) / "scale.db")
-        from cadence.store import PostgresStore
+        from rota.store import PostgresStore
 
-        return PostgresStore(os.environ["CADENCE_PG_DSN"], prefix=self.prefix, clock="caller")
+        return PostgresStore(os.environ["ROTA_PG_DSN"], prefix=self.prefix, clock="caller")
 
     def cli_store(self) -> str:
         if self.kind == "sqlite":
             return f"sqlite:///{Path(self.dir) / 'scale.db'}"
-        raise NotImplementedError  # cadence status takes a URL; see _status_seconds
+        raise NotImplementedError  # rota status takes a URL; see _status_seconds
 
     @contextmanager
     def raw(self) -> Iterator[Any]:
@@ -91,7 +91,7 @@ class Target:
         else:
             import psycopg
 
-            with psycopg.connect(os.environ["CADENCE_PG_DSN"]) as pg:
+            with psycopg.connect(os.environ["ROTA_PG_DSN"]) as pg:
                 yield pg
 
     def mark(self) -> str:
@@ -101,7 +101,7 @@ class Target:
         if self.kind == "postgres":
             import psycopg
 
-            with psycopg.connect(os.environ["CADENCE_PG_DSN"], autocommit=True) as db:
+            with psycopg.connect(os.environ["ROTA_PG_DSN"], autocommit=True) as db:
                 for table in ("tasks", "outcomes", "meta"):
                     db.execute(f"DROP TABLE IF EXISTS {self.prefix}{table}")
                 db.execute(f"DROP SEQUENCE IF EXISTS {self.prefix}seq")
@@ -114,7 +114,7 @@ def _fill(target: Target, sched: DurableScheduler, n: int, action: str, *, outco
     template = store.get("template")
     assert template is not None
     mark = target.mark()
-    p = target.prefix if target.kind == "postgres" else "cadence_"
+    p = target.prefix if target.kind == "postgres" else "rota_"
     values = list(row_values(template))
     columns = [c.strip() for c in COLUMNS.split(",")]
     at = {name: i for i, name in enumerate(columns)}
@@ -181,7 +181,7 @@ def claims(kind: str, unknown: int) -> dict[str, Any]:
 
 
 def listing(kind: str, n: int) -> dict[str, Any]:
-    """``tasks`` (a page of 1,000, and all) and ``cadence status`` over ``n`` tasks."""
+    """``tasks`` (a page of 1,000, and all) and ``rota status`` over ``n`` tasks."""
     target = Target(kind)
     try:
         sched = _sched(target)
@@ -208,7 +208,7 @@ def listing(kind: str, n: int) -> dict[str, Any]:
 def _status_seconds(target: Target) -> float:
     began = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "status", "--json", "--store", target.cli_store()],
+        [sys.executable, "-m", "rota", "status", "--json", "--store", target.cli_store()],
         capture_output=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )  # fmt: skip
     took = time.perf_counter() - began
@@ -218,15 +218,15 @@ def _status_seconds(target: Target) -> float:
 
 def misfire() -> list[dict[str, Any]]:
     """Issue 22, item 9: a year behind under ``COALESCE``, the claim that decides it."""
-    from cadence import FixedRate, Misfire
-    from cadence.cron import Cron
+    from rota import FixedRate, Misfire
+    from rota.cron import Cron
 
     found = []
     minutely = Cron("* * * * *", tz="Europe/Berlin")
     for name, when in (("fixed rate 60 s", FixedRate(60)), ("cron * * * * *, Berlin", minutely)):
         clock = ManualClock(1_767_225_600)
         sched = DurableScheduler(
-            SQLiteStore(Path(tempfile.mkdtemp(prefix="cadence-scale-")) / "m.db"), clock=clock
+            SQLiteStore(Path(tempfile.mkdtemp(prefix="rota-scale-")) / "m.db"), clock=clock
         )
         sched.register("job", _noop)
         sched.schedule("t", when, "job", misfire=Misfire.COALESCE)
@@ -246,7 +246,7 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def main() -> None:
-    kinds = ["sqlite"] + (["postgres"] if os.environ.get("CADENCE_PG_DSN") else [])
+    kinds = ["sqlite"] + (["postgres"] if os.environ.get("ROTA_PG_DSN") else [])
     sizes = [int(s) for s in os.environ.get("SCALE_SIZES", "10000,100000,1000000").split(",")]
     results: dict[str, list[dict[str, Any]]] = {"claims": [], "listing": [], "misfire": misfire()}
     print(results["misfire"], flush=True)
@@ -271,7 +271,7 @@ def main() -> None:
     lines += _table(
         "Listing stored tasks, each with one outcome (best of several):",
         ["store", "tasks", "`tasks(limit=1000)` (ms)", "`tasks()` (s)",
-         "`cadence status --json` (s)"],
+         "`rota status --json` (s)"],
         [[r["store"], f"{r['tasks']:,}", f"{r['page_ms']:.1f}", f"{r['all_s']:.2f}",
           "-" if r["status_s"] is None else f"{r['status_s']:.2f}"]
          for r in results["listing"]],

@@ -6,7 +6,7 @@ Run: ``python tests/postgres_server.py -- python bench/web.py`` (writes
 
 * **Latency**: a store of ``JOBS`` (1,000) fixed-rate tasks and ``OUTCOMES``
   (10^6) recorded runs, 1,000 per task, on SQLite and on PostgreSQL, served
-  by ``cadence web``'s app (uvicorn, in this process, on loopback); 100
+  by ``rota web``'s app (uvicorn, in this process, on loopback); 100
   requests of each of ``/``, ``/api/jobs``, a job's page and ``/metrics``
   over one keep-alive connection, p50 and p99. Targets: the jobs page and
   the API under 200 ms at p99, a job page under 100 ms, a scrape under 50 ms.
@@ -41,9 +41,9 @@ os.environ.setdefault("N", "20000")  # a drain of seconds, not one: open pages' 
 from durable import IMPORTS, NOOP, N, drain, seed
 from harness import machine
 
-from cadence import DurableScheduler, FixedRate
-from cadence.store import SQLiteStore
-from cadence.web import Server, asgi_app
+from rota import DurableScheduler, FixedRate
+from rota.store import SQLiteStore
+from rota.web import Server, asgi_app
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = int(os.environ.get("JOBS", "1000"))
@@ -51,7 +51,7 @@ OUTCOMES = int(os.environ.get("OUTCOMES", "1000000"))
 REQUESTS = 100
 PAGES = 5
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
-PG = os.environ.get("CADENCE_PG_DSN")
+PG = os.environ.get("ROTA_PG_DSN")
 PATHS = {"jobs page": "/", "api jobs": "/api/jobs", "job page": f"/jobs/job-{JOBS // 2:04}",
          "metrics": "/metrics"}  # fmt: skip
 TARGETS_MS = {"jobs page": 200, "api jobs": 200, "job page": 100, "metrics": 50}
@@ -116,7 +116,7 @@ def sqlite_latency(directory: str) -> dict[str, dict[str, float]]:
 
     def insert(rows: list[tuple[Any, ...]]) -> None:
         with sqlite3.connect(path) as db:
-            db.executemany(f"INSERT INTO cadence_outcomes VALUES ({', '.join('?' * 13)})", rows)
+            db.executemany(f"INSERT INTO rota_outcomes VALUES ({', '.join('?' * 13)})", rows)
 
     fill(sched, insert)
     server = serve(DurableScheduler(SQLiteStore(path)))
@@ -132,7 +132,7 @@ def pg_latency() -> dict[str, dict[str, float]] | None:
         return None
     import psycopg
 
-    from cadence.store import PostgresStore
+    from rota.store import PostgresStore
 
     prefix = f"benchweb{uuid.uuid4().hex[:8]}_"
     store = PostgresStore(PG, prefix=prefix)
@@ -183,9 +183,9 @@ def drained(directory: str, pages: int) -> tuple[float, float, float]:
         )
         time.sleep(1.5)  # every page open and polling
     try:
-        cpu, web = time.process_time(), _thread_cpu("cadence-web")
+        cpu, web = time.process_time(), _thread_cpu("rota-web")
         rate = drain(sched)
-        cpu, web = time.process_time() - cpu, _thread_cpu("cadence-web") - web
+        cpu, web = time.process_time() - cpu, _thread_cpu("rota-web") - web
         return rate, cpu / N * 1e6, web / N * 1e6
     finally:
         if viewers is not None:

@@ -1,4 +1,4 @@
-"""The ``cadence`` command, shown: plan, run, a kill -9 and a restart, status, history.
+"""The ``rota`` command, shown: plan, run, a kill -9 and a restart, status, history.
 
 ``python examples/cli_demo.py`` (what ``make demo`` ends with, about twenty
 seconds) runs each command as you would type it, against a scratch store.
@@ -19,25 +19,25 @@ ROOT = Path(__file__).resolve().parents[1]
 JOBS = ROOT / "examples" / "jobs.toml"
 
 
-def cadence(*args: str) -> list[str]:
-    """The command line for ``cadence ARGS`` (this interpreter's, so it works from a venv)."""
-    return [sys.executable, "-m", "cadence", *args]
+def rota(*args: str) -> list[str]:
+    """The command line for ``rota ARGS`` (this interpreter's, so it works from a venv)."""
+    return [sys.executable, "-m", "rota", *args]
 
 
 def show(*args: str) -> None:
-    print(f"\n$ cadence {shlex.join(args)}", flush=True)
-    subprocess.run(cadence(*args), check=True, timeout=60)
+    print(f"\n$ rota {shlex.join(args)}", flush=True)
+    subprocess.run(rota(*args), check=True, timeout=60)
 
 
 def main() -> None:
-    store = f"sqlite:///{tempfile.mkdtemp(prefix='cadence-cli-')}/demo.db"
+    store = f"sqlite:///{tempfile.mkdtemp(prefix='rota-cli-')}/demo.db"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     print("1. What will run, and when? A dry run in virtual time, touching nothing:")
     show("plan", str(JOBS), "--until", "+8s")
 
     print("\n2. Run the file (log lines: one per run), then kill -9 it mid-flight:")
-    run = [*cadence("run", str(JOBS), "--store", store, "--live", "no")]
-    print(f"$ cadence run {JOBS.name} --store {store} &")
+    run = [*rota("run", str(JOBS), "--store", store, "--live", "no")]
+    print(f"$ rota run {JOBS.name} --store {store} &")
     first = subprocess.Popen(run, env=env)
     time.sleep(6)
     first.send_signal(signal.SIGKILL)

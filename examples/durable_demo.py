@@ -21,8 +21,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cadence import DurableScheduler, FixedRate, RunContext, Runner
-from cadence.store import SQLiteStore
+from rota import DurableScheduler, FixedRate, RunContext, Runner
+from rota.store import SQLiteStore
 
 PERIOD = 0.5
 
@@ -53,7 +53,7 @@ def spawn(db: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def main() -> None:
-    tmp = tempfile.mkdtemp(prefix="cadence-demo-")
+    tmp = tempfile.mkdtemp(prefix="rota-demo-")
     db, log = f"{tmp}/jobs.db", Path(tmp) / "runs.log"
     env = {**os.environ, "DEMO_LOG": str(log)}
     s = scheduler(db)

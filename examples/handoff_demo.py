@@ -1,7 +1,7 @@
-"""Hand-off demo: a cadence node publishes every slot to Redis; an RQ worker runs them.
+"""Hand-off demo: a rota node publishes every slot to Redis; an RQ worker runs them.
 
 A throwaway ``redis-server`` (Debian's, installed with ``apt-get`` when missing
-and run as root), one durable cadence node in this process handing a job that
+and run as root), one durable rota node in this process handing a job that
 falls due every 0.2 s to RQ for 3 s, and then RQ's own worker draining the queue:
 every slot published once, with its key as the job's meta, and run once.
 
@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from cadence import FixedRate, Runner, handoff
-from cadence.durable import DurableScheduler
-from cadence.store import SQLiteStore
+from rota import FixedRate, Runner, handoff
+from rota.durable import DurableScheduler
+from rota.store import SQLiteStore
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,7 +44,7 @@ def main() -> int:
     if binary is None:
         print("handoff demo: no redis-server here (and not root to install it); skipped")
         return 0
-    where = Path(tempfile.mkdtemp(prefix="cadence-handoff-demo-"))
+    where = Path(tempfile.mkdtemp(prefix="rota-handoff-demo-"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -61,7 +61,7 @@ def main() -> int:
             except OSError:
                 time.sleep(0.05)
         handoff.register_broker("demo", url)
-        sched = DurableScheduler(SQLiteStore(where / "cadence.db"))
+        sched = DurableScheduler(SQLiteStore(where / "rota.db"))
         with Runner(sched):
             sched.schedule(
                 "report", FixedRate(0.2), handoff.publish, max_retries=3,

@@ -6,10 +6,10 @@ import os
 
 
 def report(kind: str) -> None:
-    """Append this job's cadence key (the slot's idempotency key) to $RAN."""
+    """Append this job's rota key (the slot's idempotency key) to $RAN."""
     from rq import get_current_job
 
     job = get_current_job()
     assert job is not None
     with open(os.environ["RAN"], "a") as ran:
-        ran.write(f"{job.meta['cadence_key']}\n")
+        ran.write(f"{job.meta['rota_key']}\n")

@@ -1,4 +1,4 @@
-"""A ten-second real-time demonstration of cadence's Runner.
+"""A ten-second real-time demonstration of rota's Runner.
 
 - "heartbeat" every 1 s and "metrics" every 2.5 s (fixed rate, no drift);
 - "flaky" fails twice, then succeeds: retries with exponential backoff
@@ -17,7 +17,7 @@ import concurrent.futures
 import threading
 import time
 
-from cadence import Runner, RunOutcome, Scheduler
+from rota import Runner, RunOutcome, Scheduler
 
 DURATION = 10.0
 

@@ -36,11 +36,11 @@ def free(port: int) -> int:
 
 
 def start(store: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``cadence run jobs.toml --web``: the process, and the URL it printed."""
+    """``rota run jobs.toml --web``: the process, and the URL it printed."""
     port = free(8787)
-    command = [sys.executable, "-m", "cadence", "run", str(JOBS), "--store", store,
+    command = [sys.executable, "-m", "rota", "run", str(JOBS), "--store", store,
                "--live", "no", "--web", f"127.0.0.1:{port}"]  # fmt: skip
-    print(f"$ cadence run {JOBS.name} --store {store} --web 127.0.0.1:{port}", flush=True)
+    print(f"$ rota run {JOBS.name} --store {store} --web 127.0.0.1:{port}", flush=True)
     with log.open("w") as err:
         node = subprocess.Popen(command, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 30
@@ -60,7 +60,7 @@ def screenshots(url: str, directory: Path) -> None:
     """The jobs page and the flaky job's page, as the README and docs/web.md show them."""
     from playwright.sync_api import sync_playwright
 
-    chromium = os.environ.get("CADENCE_CHROMIUM") or shutil.which("chromium")
+    chromium = os.environ.get("ROTA_CHROMIUM") or shutil.which("chromium")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1280, "height": 640})
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8, help="runs to wait for first")
     parser.add_argument("--screenshots", type=Path, metavar="DIR")
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="cadence-web-"))
+    scratch = Path(tempfile.mkdtemp(prefix="rota-web-"))
     node, url = start(f"sqlite:///{scratch}/demo.db", scratch / "node.log")
     try:
         time.sleep(args.seconds)
@@ -90,8 +90,8 @@ def main() -> None:
         for job in jobs:
             print(f"  {job['id']:16} {job['status']:10} last: {job['last']}")
         metrics = [line for line in get(url + "metrics").splitlines()
-                   if line.startswith("cadence_runs_total")]  # fmt: skip
-        print(f"\n$ curl {url}metrics | grep cadence_runs_total")
+                   if line.startswith("rota_runs_total")]  # fmt: skip
+        print(f"\n$ curl {url}metrics | grep rota_runs_total")
         for line in metrics:
             print(f"  {line}")
         if args.screenshots:

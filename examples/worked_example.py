@@ -9,7 +9,7 @@ Run it with `make demo`.
 
 from __future__ import annotations
 
-from cadence import ManualClock, RunOutcome, Scheduler
+from rota import ManualClock, RunOutcome, Scheduler
 
 
 def table(outcomes: list[RunOutcome]) -> str:

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from cadence import ManualClock, Scheduler
+from rota import ManualClock, Scheduler
 
 START = 1000
 
@@ -56,11 +56,11 @@ def pg_dsn() -> str:
     Missing: a failure in CI (the server is part of the suite there), a skip
     elsewhere, saying how to get one.
     """
-    dsn = os.environ.get("CADENCE_PG_DSN")
+    dsn = os.environ.get("ROTA_PG_DSN")
     if not dsn:
         unavailable(
             "no PostgreSQL: run the suite through `make test` (it starts a throwaway server), "
-            "or set CADENCE_PG_DSN"
+            "or set ROTA_PG_DSN"
         )
     return dsn
 
@@ -110,7 +110,7 @@ def make_sched(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Callab
         if request.param == "memory":
             return Scheduler(**kwargs)
         if kind == "postgres":
-            from cadence.store import PostgresStore
+            from rota.store import PostgresStore
 
             dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
             # a second scheduler in one test gets tables of its own (dropped with them)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from cadence import RunOutcome, Scheduler
-from cadence.durable import DurableScheduler
-from cadence.store import MemoryStore, SQLiteStore, Store
+from rota import RunOutcome, Scheduler
+from rota.durable import DurableScheduler
+from rota.store import MemoryStore, SQLiteStore, Store
 
 
 def rows(outcomes: Iterable[RunOutcome]) -> list[tuple[Hashable, Any, str, int]]:
@@ -98,7 +98,7 @@ def make_store(kind: str, request: Any, tmp_path: Any) -> Store:
     if kind == "sqlite":
         tmp_path.mkdir(parents=True, exist_ok=True)
         return SQLiteStore(tmp_path / "s.db")
-    from cadence.store import PostgresStore
+    from rota.store import PostgresStore
 
     dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
     return PostgresStore(dsn, prefix=prefix, clock="caller")

@@ -11,28 +11,28 @@ would not be):
 2. ``initdb`` into a temporary directory, as a non-root user (``postgres``,
    which the package creates), and starts the server on 127.0.0.1 at a free
    port, with its socket in that directory;
-3. runs COMMAND with ``CADENCE_PG_DSN`` set to the server, and returns its
+3. runs COMMAND with ``ROTA_PG_DSN`` set to the server, and returns its
    exit status;
 4. stops the server (``pg_ctl stop -m fast``) and removes the directory,
    whatever happened (SIGTERM, SIGHUP and Ctrl-C included).
 
 When no server can be had (not root, no binaries), COMMAND runs without
-``CADENCE_PG_DSN``: the PostgreSQL tests then skip, saying how to run them;
+``ROTA_PG_DSN``: the PostgreSQL tests then skip, saying how to run them;
 in CI (``CI`` set) they fail instead (``tests/conftest.py``).
 
 The dashboard's browser tests need Chromium: when ``chromium`` is missing and
 this runs as root with ``apt-get``, Debian's ``chromium`` package is installed
-too, and ``CADENCE_CHROMIUM`` names it for the command (``tests/web/conftest.py``:
+too, and ``ROTA_CHROMIUM`` names it for the command (``tests/web/conftest.py``:
 without it the browser tests skip, and fail in CI).
 
 The hand-off tests need Redis: Debian's ``redis-server`` (installed likewise when
 missing) is started on 127.0.0.1 at a free port, in a temporary directory of its
-own, with no persistence, and ``CADENCE_REDIS_URL`` names it
+own, with no persistence, and ``ROTA_REDIS_URL`` names it
 (``tests/handoff/conftest.py``); it is stopped at the end, as PostgreSQL is.
 Celery is also tested over RabbitMQ, its reference broker: as root, Debian's
 ``rabbitmq-server`` is installed likewise and started on 127.0.0.1 (its port,
 distribution port and port mapper all loopback, boot in about 13 s, beside
-PostgreSQL's), and ``CADENCE_AMQP_URL`` names it.
+PostgreSQL's), and ``ROTA_AMQP_URL`` names it.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class Redis:
 
     def __init__(self, binary: str) -> None:
         self.binary = binary
-        self.dir = Path(tempfile.mkdtemp(prefix="cadence-redis-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="rota-redis-"))
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -142,14 +142,14 @@ class RabbitMQ:
 
     def __init__(self, binary: str) -> None:
         self.binary = binary
-        self.dir = Path(tempfile.mkdtemp(prefix="cadence-rabbitmq-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="rota-rabbitmq-"))
         shutil.chown(self.dir, "rabbitmq", "rabbitmq")  # the server drops to that user
         self.port, self.epmd = free_port(), free_port()
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}//"
         self.env = {
             **os.environ, "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
             "RABBITMQ_NODE_PORT": str(self.port), "RABBITMQ_DIST_PORT": str(free_port()),
-            "RABBITMQ_NODENAME": f"cadence{self.port}@localhost",
+            "RABBITMQ_NODENAME": f"rota{self.port}@localhost",
             "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
             "RABBITMQ_LOG_BASE": str(self.dir / "log"), "ERL_EPMD_ADDRESS": "127.0.0.1",
             "ERL_EPMD_PORT": str(self.epmd),
@@ -217,7 +217,7 @@ class Server:
     def __init__(self, bindir: Path, *, durable: bool = False) -> None:
         self.bindir = bindir
         self.fsync = "on" if durable else "off"
-        self.dir = Path(tempfile.mkdtemp(prefix="cadence-pg-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="rota-pg-"))
         self.data = self.dir / "data"
         self.port = free_port()
         self.user = "postgres" if os.geteuid() == 0 else None
@@ -262,26 +262,26 @@ def main(argv: list[str]) -> int:
     command = argv[argv.index("--") + 1 :]
     durable = "--durable" in argv[: argv.index("--")]
     env = dict(os.environ)
-    browser = env.get("CADENCE_CHROMIUM") or chromium()
+    browser = env.get("ROTA_CHROMIUM") or chromium()
     if browser is not None:
-        env["CADENCE_CHROMIUM"] = browser
+        env["ROTA_CHROMIUM"] = browser
     for signum in (signal.SIGTERM, signal.SIGHUP):  # stopped from outside: still clean up
         signal.signal(signum, _exit)
     rabbitmq = None
     if (
-        "CADENCE_AMQP_URL" not in env
+        "ROTA_AMQP_URL" not in env
         and os.geteuid() == 0  # the server runs as a user of its own
         and (binary := _debian("rabbitmq-server", "rabbitmq-server")) is not None
     ):
         rabbitmq = RabbitMQ(binary)
         rabbitmq.start()
-        env["CADENCE_AMQP_URL"] = rabbitmq.url
+        env["ROTA_AMQP_URL"] = rabbitmq.url
     redis = None
     try:
-        if "CADENCE_REDIS_URL" not in env and (binary := redis_binary()) is not None:
+        if "ROTA_REDIS_URL" not in env and (binary := redis_binary()) is not None:
             redis = Redis(binary)
             redis.start()
-            env["CADENCE_REDIS_URL"] = redis.url
+            env["ROTA_REDIS_URL"] = redis.url
         return _with_postgres(command, env, durable, rabbitmq)
     finally:
         if redis is not None:
@@ -295,7 +295,7 @@ def _with_postgres(
 ) -> int:
     """Run ``command`` beside a PostgreSQL server (one given in ``env``, or ours), once
     ``rabbitmq`` (if any) is ready."""
-    if "CADENCE_PG_DSN" in env:  # a server given from outside: use it
+    if "ROTA_PG_DSN" in env:  # a server given from outside: use it
         if rabbitmq is not None:
             rabbitmq.ready()
         return subprocess.call(command, env=env)
@@ -310,9 +310,9 @@ def _with_postgres(
     try:
         if rabbitmq is not None:
             rabbitmq.ready()
-        env["CADENCE_PG_DSN"] = server.dsn
-        env["CADENCE_PG_BIN"] = str(bindir)
-        env["CADENCE_PG_DATA"] = str(server.data)
+        env["ROTA_PG_DSN"] = server.dsn
+        env["ROTA_PG_BIN"] = str(bindir)
+        env["ROTA_PG_DATA"] = str(server.data)
         return subprocess.call(command, env=env)
     finally:
         server.stop()

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-import cadence
-from cadence import (
+import rota
+from rota import (
     AsyncRunner,
     DurableScheduler,
     Event,
@@ -33,8 +33,8 @@ from cadence import (
     Status,
     TaskInfo,
 )
-from cadence.cron import Cron
-from cadence.store import MemoryStore
+from rota.cron import Cron
+from rota.store import MemoryStore
 from tests.helpers import Collector, rows
 
 # -- 1. calling existing functions ---------------------------------------------------
@@ -253,7 +253,7 @@ def test_listeners_hear_task_and_run_events_without_a_runner(caplog: Any) -> Non
     s.schedule_once("a", 0, lambda at: 1 / 0, max_retries=1)
     s.pause("a")
     s.resume("a")
-    with caplog.at_level(logging.ERROR, logger="cadence.events"):
+    with caplog.at_level(logging.ERROR, logger="rota.events"):
         s.schedule_once("b", 5, lambda at: None)
     s.tick(1)
     s.cancel("b")
@@ -319,7 +319,7 @@ def test_runner_start_and_stop_are_events() -> None:
 RUN_FOREVER = textwrap.dedent(
     """
     import sys, time
-    from cadence import Runner, Scheduler
+    from rota import Runner, Scheduler
     s = Scheduler()
     def slow(at):
         print("started", flush=True)
@@ -393,7 +393,7 @@ def test_the_job_decorator_and_replace_existing() -> None:
 def test_version_and_license() -> None:
     from importlib.metadata import version
 
-    assert cadence.__version__ == version("cadence")
+    assert rota.__version__ == version("rota")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for name in ("LICENSE", "CHANGELOG.md"):
         assert os.path.getsize(os.path.join(root, name)) > 0
@@ -404,15 +404,15 @@ def test_runs_are_logged_like_an_operator_log(caplog: Any) -> None:
     clock = ManualClock(start)
     s = Scheduler(clock=clock, epoch=True)  # a ManualClock on epoch seconds: say so
     seen = Collector()
-    with caplog.at_level(logging.DEBUG, logger="cadence"), Runner(s, on_outcome=seen):
+    with caplog.at_level(logging.DEBUG, logger="rota"), Runner(s, on_outcome=seen):
         s.schedule_once("report", 0, lambda at: None)
         seen.wait_for(1)
-    lines = [r.getMessage() for r in caplog.records if r.name == "cadence.runs"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "rota.runs"]
     assert lines == [
         "task 'report': run at 2026-12-01T12:00:00.000+00:00 starting (lag 0.000s)",
         "task 'report': run at 2026-12-01T12:00:00.000+00:00 ok (attempt 0) in 0.000s, lag 0.000s",
     ]
-    assert [r.levelname for r in caplog.records if r.name == "cadence.runs"] == ["DEBUG", "INFO"]
+    assert [r.levelname for r in caplog.records if r.name == "rota.runs"] == ["DEBUG", "INFO"]
     assert rows(seen.outcomes) == [("report", start, "ok", 0)]
 
 

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-import cadence
+import rota
 
 PUBLIC_MODULES = {
     "cron", "misfire", "overlap", "retry", "schedules", "store", "durable", "cli", "testing",
@@ -27,23 +27,23 @@ ALLOWED = {
 
 
 def test_all_is_exactly_the_public_names() -> None:
-    assert sorted(cadence.__all__) == sorted(
+    assert sorted(rota.__all__) == sorted(
         ["AsyncRunner", "Backoff", "Cursor", "DurableScheduler", "Event", "EventKind",
          "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Overlap",
          "Result",
          "RetryPolicy", "RunCancelled", "RunContext", "RunOutcome", "Runner", "Schedule",
          "Scheduler", "Stats", "StatsSnapshot", "Status", "TaskInfo"]
     )  # fmt: skip
-    public = {name for name in dir(cadence) if not name.startswith("_")}
-    assert public - PUBLIC_MODULES == set(cadence.__all__)
-    for name in cadence.__all__:
-        assert getattr(cadence, name).__doc__, name
+    public = {name for name in dir(rota) if not name.startswith("_")}
+    assert public - PUBLIC_MODULES == set(rota.__all__)
+    for name in rota.__all__:
+        assert getattr(rota, name).__doc__, name
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        cadence.Nope  # noqa: B018
+        rota.Nope  # noqa: B018
 
 
 def test_the_engine_imports_no_time_threads_or_io() -> None:
-    root = pathlib.Path(cadence.__file__).parent
+    root = pathlib.Path(rota.__file__).parent
     for module in CORE_MODULES:
         tree = ast.parse((root / module).read_text())
         for node in ast.walk(tree):
@@ -62,6 +62,6 @@ def test_public_methods_have_docstrings_with_their_cost() -> None:
     for name in ["schedule_once", "schedule_at_fixed_rate", "schedule", "cancel", "status",
                  "tick", "next_run_time", "info", "tasks", "add_listener", "job", "pause",
                  "resume", "reschedule", "is_paused"]:  # fmt: skip
-        doc = getattr(cadence.Scheduler, name).__doc__
+        doc = getattr(rota.Scheduler, name).__doc__
         assert doc, name
         assert "Complexity:" in doc, name

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cadence import AsyncRunner, ManualClock, Result, RunCancelled, RunOutcome, Scheduler, Status
+from rota import AsyncRunner, ManualClock, Result, RunCancelled, RunOutcome, Scheduler, Status
 from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0
@@ -185,8 +185,8 @@ def test_cancelling_a_task_cancels_its_running_coroutine_and_alerts_nobody(
     clock = ManualClock(0)
     sched: Scheduler
     if durable:
-        from cadence import DurableScheduler
-        from cadence.store import MemoryStore
+        from rota import DurableScheduler
+        from rota.store import MemoryStore
 
         sched = DurableScheduler(MemoryStore(), clock=clock)
     else:
@@ -205,9 +205,9 @@ def test_cancelling_a_task_cancels_its_running_coroutine_and_alerts_nobody(
         assert FOREVER.cleaned == ["cleaned up"]
         assert sched.status("long") is Status.CANCELLED
 
-    with caplog.at_level("INFO", logger="cadence"):
+    with caplog.at_level("INFO", logger="rota"):
         run(main)
-    runs = [r for r in caplog.records if r.name == "cadence.runs"]
+    runs = [r for r in caplog.records if r.name == "rota.runs"]
     assert [r.levelname for r in runs] == ["INFO"]
     assert " cancelled (attempt 0)" in runs[0].getMessage()
     assert not [r for r in caplog.records if r.levelname == "ERROR"]

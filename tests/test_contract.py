@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cadence import ManualClock, Result, RunOutcome, Scheduler, Status
+from rota import ManualClock, Result, RunOutcome, Scheduler, Status
 from tests.helpers import AutoRegistering, failing, make_store, recorder, rows, snapshot
 
 IN_MEMORY_ONLY = pytest.mark.parametrize("sched", ["memory"], indirect=True)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cadence import (
+from rota import (
     FixedDelay,
     FixedRate,
     ManualClock,
@@ -25,8 +25,8 @@ from cadence import (
     Stats,
     Status,
 )
-from cadence.schedules import jitter_offset
-from cadence.store import SQLiteStore
+from rota.schedules import jitter_offset
+from rota.store import SQLiteStore
 from tests.helpers import AutoRegistering, Collector
 
 Make = Callable[..., Scheduler]
@@ -136,7 +136,7 @@ def test_overlap_skip_leaves_slots_missed_before_the_run_to_the_misfire_policy(
 
 def test_overlap_is_checked() -> None:
     sched = Scheduler(clock=ManualClock(0))
-    with pytest.raises(TypeError, match=r"overlap must be a cadence\.Overlap"):
+    with pytest.raises(TypeError, match=r"overlap must be a rota\.Overlap"):
         sched.schedule("t", FixedRate(1), nothing, overlap="skip")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="overlap applies to recurring"):
         sched.schedule("t", Once(1), nothing, overlap=Overlap.SKIP)
@@ -574,7 +574,7 @@ def test_allow_n_retries_a_run_on_its_own(make_sched: Make) -> None:
 def test_replace_stops_the_coroutine_in_flight_for_the_next_slot(make_sched: Make) -> None:
     import asyncio
 
-    from cadence import AsyncRunner, RunCancelled
+    from rota import AsyncRunner, RunCancelled
 
     async def main() -> list[RunOutcome]:
         clock = ManualClock(0)

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cadence import FixedRate, ManualClock, Misfire, Scheduler
-from cadence.cron import Cron
+from rota import FixedRate, ManualClock, Misfire, Scheduler
+from rota.cron import Cron
 
 BERLIN, NEW_YORK = ZoneInfo("Europe/Berlin"), ZoneInfo("America/New_York")
 

@@ -16,7 +16,7 @@ CORE = {
 
 
 def floor(module: str) -> int:
-    """The floor of a module of cadence (``cadence.store._sqlite`` -> 1)."""
+    """The floor of a module of rota (``rota.store._sqlite`` -> 1)."""
     parts = module.split(".")
     if len(parts) == 2 and parts[1] in CORE:
         return 0
@@ -27,13 +27,13 @@ def floor(module: str) -> int:
     if parts[1:2] in (["_driver"], ["_runner"], ["_async"]):
         return 3
     top = ("__main__", "cli", "handoff", "metrics", "observe", "report", "testing", "web")
-    assert parts == ["cadence"] or parts[1] in top, module
+    assert parts == ["rota"] or parts[1] in top, module
     return 4
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for path in sorted((SRC / "cadence").rglob("*.py")):
+    for path in sorted((SRC / "rota").rglob("*.py")):
         parts = list(path.relative_to(SRC).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -47,20 +47,18 @@ def package(module: str, path: Path) -> str:
 
 
 def imports(module: str, path: Path) -> list[tuple[str, str | None, int]]:
-    """(module imported, name imported from it or None, line) for each import of cadence."""
+    """(module imported, name imported from it or None, line) for each import of rota."""
     found: list[tuple[str, str | None, int]] = []
     own = package(module, path)
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found += [
-                (a.name, None, node.lineno) for a in node.names if a.name.startswith("cadence")
-            ]
+            found += [(a.name, None, node.lineno) for a in node.names if a.name.startswith("rota")]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = own.split(".")[: len(own.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            if base.startswith("cadence"):
+            if base.startswith("rota"):
                 found += [(base, a.name, node.lineno) for a in node.names]
     return found
 
@@ -68,7 +66,7 @@ def imports(module: str, path: Path) -> list[tuple[str, str | None, int]]:
 def resolved(
     found_imports: list[tuple[str, str | None, int]], found: dict[str, Path]
 ) -> list[tuple[str, str | None, int]]:
-    """The imports with a name that is a module (``from cadence import _validate``)
+    """The imports with a name that is a module (``from rota import _validate``)
     turned into an import of that module."""
     return [
         (f"{target}.{name}", None, line)
@@ -91,8 +89,8 @@ def test_every_import_points_down_or_sideways() -> None:
 
 def test_no_package_imports_another_packages_private_names() -> None:
     """A private name (``_x``) is imported only inside its own package; a subpackage's
-    private modules (``cadence.durable._codec``) only from that subpackage. The core's
-    modules (``cadence._engine``) are the floor everything stands on: importable, but
+    private modules (``rota.durable._codec``) only from that subpackage. The core's
+    modules (``rota._engine``) are the floor everything stands on: importable, but
     only their public names."""
     found = modules()
     wrong = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from cadence import ManualClock, Scheduler
+from rota import ManualClock, Scheduler
 
 
 def noop(at: object) -> None:

@@ -20,8 +20,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from cadence import ManualClock, Scheduler
-from cadence.store import MemoryStore, SQLiteStore
+from rota import ManualClock, Scheduler
+from rota.store import MemoryStore, SQLiteStore
 from tests.helpers import AutoRegistering
 
 IDS = st.sampled_from(["a", "b", "c", 1, 2])

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from cadence import FixedRate, ManualClock, Once, Result, Runner, Scheduler, Status
-from cadence.misfire import Misfire
+from rota import FixedRate, ManualClock, Once, Result, Runner, Scheduler, Status
+from rota.misfire import Misfire
 
 Make = Callable[..., Scheduler]
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cadence import (
+from rota import (
     Backoff,
     FixedDelay,
     FixedRate,
@@ -145,7 +145,7 @@ def test_bad_schedule_arguments_change_nothing(make_sched: Make) -> None:
         sched.schedule("a", 5, print)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="priority must be an int, got 'high'"):
         sched.schedule_once("a", 1, print, priority="high")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"misfire must be a cadence\.misfire\.Misfire"):
+    with pytest.raises(TypeError, match=r"misfire must be a rota\.misfire\.Misfire"):
         sched.schedule_at_fixed_rate("a", 1, 1, print, misfire="skip")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="misfire applies to recurring schedules"):
         sched.schedule("a", Once(1), print, misfire=Misfire.SKIP)

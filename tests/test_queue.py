@@ -9,8 +9,8 @@ from collections.abc import Hashable
 
 import pytest
 
-from cadence import ManualClock, Scheduler, Status, _queue
-from cadence._queue import Entry, RunQueue
+from rota import ManualClock, Scheduler, Status, _queue
+from rota._queue import Entry, RunQueue
 
 
 class Owner:
@@ -153,7 +153,7 @@ def test_history_is_bounded_and_forgets_the_oldest_first() -> None:
 def test_compaction_during_pause_and_reschedule_keeps_the_counts_exact(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from cadence import FixedRate, Once
+    from rota import FixedRate, Once
 
     monkeypatch.setattr(_queue, "STALE_SLACK", 0)
     sched = Scheduler(clock=ManualClock(0))

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cadence import AsyncRunner, Runner, Scheduler, Status
+from rota import AsyncRunner, Runner, Scheduler, Status
 from tests.helpers import Collector
 
 pytestmark = pytest.mark.realtime

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cadence.store import SQLiteStore
+from rota.store import SQLiteStore
 from tests.test_readme import blocks
 
 RECIPES = pathlib.Path(__file__).parent.parent / "docs" / "recipes.md"
@@ -73,9 +73,9 @@ def test_flask_factory() -> None:
     app = module("recipe_flask", recipe("Flask")).create_app()
     try:
         assert app.test_client().get("/jobs").get_json() == ["heartbeat"]
-        assert app.extensions["cadence"].is_running
+        assert app.extensions["rota"].is_running
     finally:
-        app.extensions["cadence"].stop()
+        app.extensions["rota"].stop()
 
 
 def test_gunicorn_workers_elect_one_scheduler(tmp_path: pathlib.Path) -> None:
@@ -88,7 +88,7 @@ def test_gunicorn_workers_elect_one_scheduler(tmp_path: pathlib.Path) -> None:
         sys.stdin.readline()  # stay alive (holding the lock) until the test is done
         """
     )
-    env = {"CADENCE_LOCK": str(tmp_path / "lock"), "PYTHONPATH": str(tmp_path)}
+    env = {"ROTA_LOCK": str(tmp_path / "lock"), "PYTHONPATH": str(tmp_path)}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", worker],
@@ -114,9 +114,9 @@ def test_gunicorn_workers_share_one_durable_schedule(tmp_path: pathlib.Path) -> 
     (tmp_path / "app.py").write_text(
         "def app(environ, start_response):\n    start_response('200 OK', [])\n    return [b'ok']\n"
     )
-    db = tmp_path / "cadence.db"
-    env = {**os.environ, "CADENCE_DB": str(db), "PYTHONPATH": str(tmp_path),
-           "CADENCE_PURGE_EVERY": "0.2"}  # fmt: skip
+    db = tmp_path / "rota.db"
+    env = {**os.environ, "ROTA_DB": str(db), "PYTHONPATH": str(tmp_path),
+           "ROTA_PURGE_EVERY": "0.2"}  # fmt: skip
     gunicorn = pathlib.Path(sys.executable).parent / "gunicorn"
     server = subprocess.Popen(
         [str(gunicorn), "-w", "3", "-c", "gunicorn_conf.py", "--bind", "127.0.0.1:0", "app:app"],
@@ -156,7 +156,7 @@ def _runs(db: pathlib.Path) -> int:
         return 0
     try:
         with contextlib.closing(sqlite3.connect(db, timeout=5)) as con:
-            return int(con.execute("SELECT count(*) FROM cadence_outcomes").fetchone()[0])
+            return int(con.execute("SELECT count(*) FROM rota_outcomes").fetchone()[0])
     except sqlite3.OperationalError:  # the schema is not there yet
         return 0
 

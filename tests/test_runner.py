@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cadence import ManualClock, Result, Runner, RunOutcome, Scheduler, Status
+from rota import ManualClock, Result, Runner, RunOutcome, Scheduler, Status
 from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0
@@ -122,7 +122,7 @@ def test_start_twice_is_refused_and_stop_is_idempotent(sched: Scheduler) -> None
 
 
 def test_bad_arguments_are_refused(sched: Scheduler) -> None:
-    with pytest.raises(TypeError, match=r"scheduler must be a cadence\.Scheduler"):
+    with pytest.raises(TypeError, match=r"scheduler must be a rota\.Scheduler"):
         Runner(object())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="executor must be"):
         Runner(sched, executor=3)  # type: ignore[arg-type]
@@ -325,7 +325,7 @@ def test_failed_runs_are_logged_with_their_traceback(
         raise ValueError("broken task")
 
     seen = Collector()
-    with caplog.at_level(logging.INFO, logger="cadence"), Runner(sched, on_outcome=seen):
+    with caplog.at_level(logging.INFO, logger="rota"), Runner(sched, on_outcome=seen):
         sched.schedule_once("bad", 0, bad, max_retries=1)
         seen.wait_for(1)
         clock.advance(1)
@@ -339,7 +339,7 @@ def test_failed_runs_are_logged_with_their_traceback(
     assert retry.message.endswith(": ValueError: broken task")  # one line, no traceback
     assert retry.exc_info is None
     assert (retry.job, retry.attempt, retry.result) == ("bad", 0, "retry")  # type: ignore[attr-defined]
-    assert {r.name for r in caplog.records} <= {"cadence.runs", "cadence.runner"}
+    assert {r.name for r in caplog.records} <= {"rota.runs", "rota.runner"}
 
 
 def test_stats_count_results_and_lag(sched: Scheduler, clock: ManualClock) -> None:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from cadence import (
+from rota import (
     AsyncRunner,
     FixedDelay,
     FixedRate,

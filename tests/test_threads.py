@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from cadence import ManualClock, Scheduler, Status
+from rota import ManualClock, Scheduler, Status
 
 TIMEOUT = 60
 

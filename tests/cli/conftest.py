@@ -1,5 +1,5 @@
 """The command's tests' fixture: a directory with a job file and a store, and the
-``cadence`` subcommands run in it as real processes."""
+``rota`` subcommands run in it as real processes."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Cli:
-    """Runs ``cadence`` subcommands in a directory with one job file and one store."""
+    """Runs ``rota`` subcommands in a directory with one job file and one store."""
 
     def __init__(self, tmp: Path) -> None:
         self.dir = tmp
@@ -36,12 +36,12 @@ class Cli:
     def start(
         self, *extra: str, live: bool = False, log: Path | None = None
     ) -> subprocess.Popen[str]:
-        """``cadence run`` on the job file; its stderr to ``log`` if given (to read while
+        """``rota run`` on the job file; its stderr to ``log`` if given (to read while
         it runs), else a pipe."""
         env = {**self.env, "COLUMNS": "200", "FORCE_COLOR": "0"} if live else self.env
         err: Any = subprocess.PIPE if log is None else log.open("w")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cadence", "run", str(self.jobs), "--store", self.store,
+            [sys.executable, "-m", "rota", "run", str(self.jobs), "--store", self.store,
              "--live", "yes" if live else "no", *extra],
             cwd=self.dir, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
         )  # fmt: skip
@@ -51,7 +51,7 @@ class Cli:
         return proc
 
     def live(self, seconds: float) -> str:
-        """``cadence run`` with its live view for ``seconds``, then SIGTERM: what it
+        """``rota run`` with its live view for ``seconds``, then SIGTERM: what it
         drew and logged (stderr); it must exit 0."""
         proc = self.start(live=True)
         time.sleep(seconds)
@@ -62,7 +62,7 @@ class Cli:
 
     def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "cadence", *args, "--store", self.store],
+            [sys.executable, "-m", "rota", *args, "--store", self.store],
             cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
 

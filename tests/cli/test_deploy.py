@@ -32,20 +32,20 @@ def _systemd_analyze() -> str:
 
 
 def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
-    unit = (DEPLOY / "cadence.service").read_text()
+    unit = (DEPLOY / "rota.service").read_text()
     assert "ExecReload=/bin/kill -HUP $MAINPID" in unit
     assert "KillMode=mixed" in unit
     assert "Restart=on-failure" in unit
-    here = unit.replace("/opt/cadence/bin/cadence", str(BIN / "cadence")).replace(
-        "/srv/cadence", str(tmp_path)
+    here = unit.replace("/opt/rota/bin/rota", str(BIN / "rota")).replace(
+        "/srv/rota", str(tmp_path)
     )
-    (tmp_path / "cadence.service").write_text(here)
+    (tmp_path / "rota.service").write_text(here)
     done = subprocess.run(
-        [_systemd_analyze(), "verify", str(tmp_path / "cadence.service")],
+        [_systemd_analyze(), "verify", str(tmp_path / "rota.service")],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "cadence.service" not in done.stderr, done.stderr  # no complaint about it
+    assert "rota.service" not in done.stderr, done.stderr  # no complaint about it
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -53,7 +53,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
         **os.environ,
         "PATH": f"{BIN}:{os.environ['PATH']}",
         "PYTHONPATH": str(ROOT),
-        "CADENCE_STORE": f"sqlite:///{tmp_path / 'cadence.db'}",
+        "ROTA_STORE": f"sqlite:///{tmp_path / 'rota.db'}",
     }
 
 
@@ -91,11 +91,11 @@ def test_the_kubernetes_probes_run_as_written(tmp_path: Path) -> None:
         assert done.returncode != 0
     shutil.copy(DEPLOY / "jobs.example.toml", tmp_path / "jobs.toml")
     loaded = subprocess.Popen(
-        ["cadence", "run", "jobs.toml", "--store", env["CADENCE_STORE"], "--live", "no"],
+        ["rota", "run", "jobs.toml", "--store", env["ROTA_STORE"], "--live", "no"],
         cwd=tmp_path, env=env, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_until(lambda: (tmp_path / "cadence.db").exists() and subprocess.run(
+        wait_until(lambda: (tmp_path / "rota.db").exists() and subprocess.run(
             probes[1], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False
         ).returncode == 0, 60)  # fmt: skip
         for probe in probes:

@@ -16,7 +16,7 @@ DOC = ROOT / "docs" / "cli.md"
 
 
 def examples() -> list[tuple[str, int, bool, list[str]]]:
-    """(command line, exit status, exact output?, output lines) for each ``$ cadence`` line."""
+    """(command line, exit status, exact output?, output lines) for each ``$ rota`` line."""
     found = []
     for block in re.findall(r"```sh\n(.*?)```", DOC.read_text(), flags=re.DOTALL):
         for chunk in re.split(r"^\$ ", block, flags=re.MULTILINE)[1:]:
@@ -38,7 +38,7 @@ def test_every_cli_doc_example(tmp_path: Path) -> None:
     ran = 0
     for command, status, exact, output in examples():
         argv = [sys.executable, "-m", *command.split()]
-        assert argv[2] == "cadence", command
+        assert argv[2] == "rota", command
         if " run " in command:  # runs until SIGTERM
             proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
             time.sleep(2)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from cadence import FixedRate, ManualClock
-from cadence.cli import _serve
-from cadence.durable import DurableScheduler
-from cadence.store import MemoryStore
+from rota import FixedRate, ManualClock
+from rota.cli import _serve
+from rota.durable import DurableScheduler
+from rota.store import MemoryStore
 
 
 class Recorder:

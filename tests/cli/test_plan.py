@@ -1,4 +1,4 @@
-"""``cadence plan`` against hand-worked cases (DST included), and bad job files."""
+"""``rota plan`` against hand-worked cases (DST included), and bad job files."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from cadence.cli import main
+from rota.cli import main
 
 
 def plan(tmp_path: Path, text: str, *args: str) -> list[dict[str, Any]]:
     jobs = tmp_path / "jobs.toml"
     jobs.write_text(text)
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "plan", str(jobs), "--json", *args],
+        [sys.executable, "-m", "rota", "plan", str(jobs), "--json", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -144,7 +144,7 @@ def test_bad_windows_and_urls_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_the_scheduling_controls_in_a_plan(tmp_path: Path) -> None:
     """``jitter`` lists each slot with its start; ``max_runs`` and ``end`` end a job."""
-    from cadence.schedules import jitter_offset
+    from rota.schedules import jitter_offset
 
     job = (
         '[[jobs]]\nid = "j"\nevery = "1h"\nstart = "2026-06-01T00:00:00+00:00"\n'
@@ -183,7 +183,7 @@ def test_bad_control_keys_are_refused_with_the_key_named(
     jobs = tmp_path / "jobs.toml"
     jobs.write_text(f'[[jobs]]\nid = "x"\nevery = "1h"\ncommand = "true"\n{keys}\n')
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "plan", str(jobs)],
+        [sys.executable, "-m", "rota", "plan", str(jobs)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -194,7 +194,7 @@ def test_replace_is_for_command_jobs_whose_process_group_can_be_ended(tmp_path: 
     jobs = tmp_path / "jobs.toml"
     jobs.write_text('[[jobs]]\nid = "x"\nevery = "1h"\ncall = "os:getcwd"\noverlap = "replace"\n')
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "plan", str(jobs)],
+        [sys.executable, "-m", "rota", "plan", str(jobs)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -202,7 +202,7 @@ def test_replace_is_for_command_jobs_whose_process_group_can_be_ended(tmp_path: 
     assert "not a 'call' job's" in done.stderr
     jobs.write_text('[[jobs]]\nid = "x"\nevery = "1h"\ncommand = "true"\noverlap = "replace"\n')
     assert subprocess.run(
-        [sys.executable, "-m", "cadence", "plan", str(jobs)],
+        [sys.executable, "-m", "rota", "plan", str(jobs)],
         capture_output=True, text=True, timeout=60, check=False,
     ).returncode == 0  # fmt: skip
 
@@ -215,7 +215,7 @@ def test_a_one_off_job_has_no_recurring_controls(tmp_path: Path) -> None:
         'command = "true"\noverlap = "skip"\n'
     )
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "plan", str(jobs)],
+        [sys.executable, "-m", "rota", "plan", str(jobs)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2  # the default max_runs is left out for x; y's own overlap is not

@@ -1,4 +1,4 @@
-"""``cadence run`` and the control commands, end to end: real processes, real SQLite files."""
+"""``rota run`` and the control commands, end to end: real processes, real SQLite files."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.cli.conftest import Cli, _task
 ROOT = Path(__file__).resolve().parents[2]
 
 
-FACTS = "$CADENCE_TASK_ID $CADENCE_SLOT $CADENCE_ATTEMPT $CADENCE_KEY"
+FACTS = "$ROTA_TASK_ID $ROTA_SLOT $ROTA_ATTEMPT $ROTA_KEY"
 RECORD = f'command = ["sh", "-c", "echo {FACTS} >> $OUT"]'
 
 
@@ -97,7 +97,7 @@ def test_status_lists_a_row_it_cannot_read_and_says_why(cli: Cli) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     with sqlite3.connect(cli.dir / "state.db") as db:
-        db.execute("UPDATE cadence_tasks SET spec = '{not json' WHERE task_id = 'bad'")
+        db.execute("UPDATE rota_tasks SET spec = '{not json' WHERE task_id = 'bad'")
     bad, good = cli.json("status")
     assert (bad["id"], bad["status"], good["id"], good["unreadable"]) == (
         "bad", "scheduled", "good", None)  # fmt: skip
@@ -153,7 +153,7 @@ def test_a_timeout_kills_the_whole_process_group(cli: Cli) -> None:
 
 def test_a_descendant_that_leaves_the_group_holds_no_run_or_shutdown(cli: Cli) -> None:
     """``setsid`` takes a child out of the command's process group, with the output pipe:
-    the run still ends (its command exited), and so does ``cadence run`` on SIGTERM."""
+    the run still ends (its command exited), and so does ``rota run`` on SIGTERM."""
     marker = f"4{time.time_ns() % 10**6:06d}"
     cli.write('[[jobs]]\nid = "escape"\nat = "2020-01-01T00:00:00+00:00"\ntimeout = "2s"\n'
               f'command = "setsid sleep {marker} & echo started"\n')  # fmt: skip
@@ -174,10 +174,10 @@ def test_a_row_naming_any_import_path_runs_on_no_node_that_did_not_declare_it(
     cli: Cli,
 ) -> None:
     """Whoever can write the store could plant a row naming ``os:system``: a
-    ``cadence run`` node runs only its job file's jobs, and leaves that row as it is
+    ``rota run`` node runs only its job file's jobs, and leaves that row as it is
     (it ran the command before: any import path in a row was run)."""
-    from cadence import DurableScheduler
-    from cadence.store import SQLiteStore
+    from rota import DurableScheduler
+    from rota.store import SQLiteStore
 
     planted = cli.dir / "planted"
     cli.write(f'[[jobs]]\nid = "tick"\nevery = "0.2s"\n{RECORD}\n')
@@ -202,7 +202,7 @@ def test_a_run_cut_short_by_a_graceful_stop_is_given_back_not_failed(cli: Cli) -
     recorded as failed; the next node runs it again with the same key. Before, a
     one-off ended `failed` (SIGKILL instead left it to be run again)."""
     cli.write('[[jobs]]\nid = "long"\nat = "2020-01-01T00:00:00+00:00"\n'
-              'command = "echo $CADENCE_KEY >> $OUT; test -e $OUT.go || sleep 30"\n')  # fmt: skip
+              'command = "echo $ROTA_KEY >> $OUT; test -e $OUT.go || sleep 30"\n')  # fmt: skip
     proc = cli.start("--grace", "0.5s")
     cli.wait(lambda: len(cli.lines()) == 1)
     proc.send_signal(signal.SIGTERM)
@@ -245,15 +245,15 @@ def test_read_commands_need_no_write_lock(cli: Cli) -> None:
 
 
 def test_concurrent_triggers_each_run_once(cli: Cli) -> None:
-    """Ten ``cadence trigger sync`` at once: every one that answers ``trigger: sync``
+    """Ten ``rota trigger sync`` at once: every one that answers ``trigger: sync``
     is a run (they made 1 run on SQLite, 6 of 8 on PostgreSQL, all answering the
     same)."""
-    cli.write('[[jobs]]\nid = "sync"\nevery = "1h"\ncommand = "echo $CADENCE_KEY >> $OUT"\n')
+    cli.write('[[jobs]]\nid = "sync"\nevery = "1h"\ncommand = "echo $ROTA_KEY >> $OUT"\n')
     proc = cli.start()
     cli.wait(cli.loaded)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
-    command = [sys.executable, "-m", "cadence", "trigger", "sync", "--store", cli.store]
+    command = [sys.executable, "-m", "rota", "trigger", "sync", "--store", cli.store]
     out = subprocess.PIPE
     triggers = [
         subprocess.Popen(command, cwd=cli.dir, env=cli.env, text=True, stdout=out, stderr=out)
@@ -290,7 +290,7 @@ def test_a_job_file_chooses_what_a_command_inherits(cli: Cli) -> None:
     assert sorted(cli.lines()) == ["clean none hi path", "plain s3cret"]
     cli.write('[[jobs]]\nid = "bad"\nat = "2020-01-01T00:00:00+00:00"\n'
               'inherit_env = "no"\ncommand = "true"\n')  # fmt: skip
-    command = [sys.executable, "-m", "cadence", "plan", str(cli.jobs)]
+    command = [sys.executable, "-m", "rota", "plan", str(cli.jobs)]
     done = subprocess.run(command, cwd=cli.dir, env=cli.env, capture_output=True, text=True,
                           timeout=60, check=False)  # fmt: skip
     assert done.returncode == 2
@@ -350,7 +350,7 @@ def test_run_and_status_on_postgresql(cli: Cli, pg_dsn: str, pg_prefix: str) -> 
 
 
 def test_backfill_from_another_process_runs_each_missed_slot_once(cli: Cli) -> None:
-    """``cadence backfill`` queues the slots a running node then runs, oldest first, each
+    """``rota backfill`` queues the slots a running node then runs, oldest first, each
     with its own key; slots already recorded, and the live schedule's, are not queued."""
     cli.write(
         f'[[jobs]]\nid = "t"\nevery = "1h"\nstart = "2026-01-01T00:00:00+00:00"\n'
@@ -374,11 +374,11 @@ def test_backfill_from_another_process_runs_each_missed_slot_once(cli: Cli) -> N
 
 
 def _start_spans(cli: Cli, keys: str, sleep: float) -> subprocess.Popen[str]:
-    """``cadence run`` of one job (``keys``) whose command writes ``start KEY`` and
+    """``rota run`` of one job (``keys``) whose command writes ``start KEY`` and
     ``end KEY`` to $OUT around a sleep of ``sleep`` seconds."""
     cli.write(
-        f'[[jobs]]\n{keys}\ncommand = ["sh", "-c", "echo start $CADENCE_KEY >> $OUT; '
-        f'sleep {sleep:g}; echo end $CADENCE_KEY >> $OUT"]\n'
+        f'[[jobs]]\n{keys}\ncommand = ["sh", "-c", "echo start $ROTA_KEY >> $OUT; '
+        f'sleep {sleep:g}; echo end $ROTA_KEY >> $OUT"]\n'
     )
     return cli.start()
 

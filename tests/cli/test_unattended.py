@@ -18,7 +18,7 @@ from tests.helpers import wait_until
 EVERY = 'every = "1h"\nstart = "2020-01-01T00:00:00+00:00"\nmisfire = "coalesce"\n'
 
 
-def job(job_id: str, command: str = "echo $CADENCE_TASK_ID >> $OUT", extra: str = "") -> str:
+def job(job_id: str, command: str = "echo $ROTA_TASK_ID >> $OUT", extra: str = "") -> str:
     return f'[[jobs]]\nid = "{job_id}"\n{EVERY}command = "{command}"\n{extra}'
 
 
@@ -31,11 +31,11 @@ def test_read_commands_refuse_a_store_that_does_not_exist_and_create_nothing(
 ) -> None:
     for args in (["status"], ["history", "x"], ["pause", "x"], ["check"], ["status", "--json"]):
         done = subprocess.run(
-            [sys.executable, "-m", "cadence", *args], cwd=tmp_path, capture_output=True,
+            [sys.executable, "-m", "rota", *args], cwd=tmp_path, capture_output=True,
             text=True, timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode == 2, (args, done.stderr)
-        assert str(tmp_path / "cadence.db") in done.stderr
+        assert str(tmp_path / "rota.db") in done.stderr
         assert done.stdout == ""
     assert list(tmp_path.iterdir()) == []
 
@@ -46,7 +46,7 @@ def test_no_password_in_any_output(tmp_path: Path) -> None:
     for args in (["status"], ["check", "--json"], ["history", "a"], ["cancel", "a"],
                  ["run", "jobs.toml", "--live", "no"]):  # fmt: skip
         done = subprocess.run(
-            [sys.executable, "-m", "cadence", "--log-level", "DEBUG", *args, "--store", url],
+            [sys.executable, "-m", "rota", "--log-level", "DEBUG", *args, "--store", url],
             cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert done.returncode == 2, (args, done.stderr)
@@ -56,7 +56,7 @@ def test_no_password_in_any_output(tmp_path: Path) -> None:
 
 def test_a_bad_flag_value_is_a_usage_error(cli: Cli) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "--log-level", "verbose", "status"],
+        [sys.executable, "-m", "rota", "--log-level", "verbose", "status"],
         cwd=cli.dir, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -91,11 +91,11 @@ def test_the_job_file_is_the_desired_state_and_sighup_reloads_it(cli: Cli) -> No
 
 def test_two_job_files_on_one_store_each_run_their_own(cli: Cli) -> None:
     other = cli.dir / "other.toml"
-    other.write_text(job("theirs", "echo theirs-$CADENCE_TASK_ID >> $OUT"))
+    other.write_text(job("theirs", "echo theirs-$ROTA_TASK_ID >> $OUT"))
     cli.write(job("mine"))
     first = cli.start()
     second = subprocess.Popen(
-        [sys.executable, "-m", "cadence", "run", str(other), "--store", cli.store,
+        [sys.executable, "-m", "rota", "run", str(other), "--store", cli.store,
          "--live", "no"],
         cwd=cli.dir, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -107,7 +107,7 @@ def test_two_job_files_on_one_store_each_run_their_own(cli: Cli) -> None:
     shared = cli.dir / "shared.toml"
     shared.write_text(job("mine"))  # an id the first file declares
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "run", str(shared), "--store", cli.store],
+        [sys.executable, "-m", "rota", "run", str(shared), "--store", cli.store],
         cwd=cli.dir, env=cli.env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -183,7 +183,7 @@ def test_check_exit_codes(cli: Cli, tmp_path: Path) -> None:
     healthy.write_text('[[jobs]]\nid = "soon"\nevery = "1h"\ncommand = "true"\n')
     store = f"sqlite:///{tmp_path / 'healthy.db'}"
     loader = subprocess.Popen(
-        [sys.executable, "-m", "cadence", "run", str(healthy), "--store", store, "--live", "no"],
+        [sys.executable, "-m", "rota", "run", str(healthy), "--store", store, "--live", "no"],
         cwd=cli.dir, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     cli.procs.append(loader)
@@ -191,22 +191,22 @@ def test_check_exit_codes(cli: Cli, tmp_path: Path) -> None:
     loader.send_signal(signal.SIGTERM)
     assert loader.wait(60) == 0
     late_store = f"sqlite:///{tmp_path / 'late.db'}"
-    from cadence.durable import DurableScheduler
-    from cadence.schedules import FixedRate
-    from cadence.store import SQLiteStore
+    from rota.durable import DurableScheduler
+    from rota.schedules import FixedRate
+    from rota.store import SQLiteStore
 
     node = DurableScheduler(SQLiteStore(tmp_path / "late.db"))  # stored, and no node runs it
     node.schedule("late", FixedRate(1, start=1_000_000_000), "tests.durable.jobs:noop")
     node.store.close()
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "check", "--json", "--store", late_store],
+        [sys.executable, "-m", "rota", "check", "--json", "--store", late_store],
         cwd=cli.dir, env=cli.env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 1
     assert json.loads(done.stdout)[0]["problem"] == "overdue"
     (tmp_path / "junk.db").write_text("not a database")
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "check", "--store", f"sqlite:///{tmp_path / 'junk.db'}"],
+        [sys.executable, "-m", "rota", "check", "--store", f"sqlite:///{tmp_path / 'junk.db'}"],
         cwd=cli.dir, env=cli.env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -214,7 +214,7 @@ def test_check_exit_codes(cli: Cli, tmp_path: Path) -> None:
 
 def _checked(cli: Cli, store: str) -> int:
     return subprocess.run(
-        [sys.executable, "-m", "cadence", "check", "--store", store],
+        [sys.executable, "-m", "rota", "check", "--store", store],
         cwd=cli.dir, env=cli.env, capture_output=True, text=True, timeout=60, check=False,
     ).returncode  # fmt: skip
 
@@ -260,7 +260,7 @@ def test_ping_and_on_failure_reach_someone(cli: Cli) -> None:
             job("ok", "true", f'ping = "{hooks.url}/ok"\n')
             + job("bad", "echo broken; exit 1",
                   f'ping = "{hooks.url}/bad"\nmax_retries = 1\nretry = {{ base = "0.1s" }}\n'
-                  f'on_failure = "echo $CADENCE_TASK_ID $CADENCE_KEY $CADENCE_ERROR >> '
+                  f'on_failure = "echo $ROTA_TASK_ID $ROTA_KEY $ROTA_ERROR >> '
                   f'{failures}"\n')
         )  # fmt: skip
         proc = cli.start()
@@ -297,14 +297,14 @@ def test_a_hanging_notification_endpoint_delays_no_run(cli: Cli) -> None:
 
 
 def test_each_output_line_reaches_the_log_with_its_job(cli: Cli) -> None:
-    cli.write(job("talk", "echo one; printf two; echo; echo $CADENCE_TASK_ID >> $OUT"))
+    cli.write(job("talk", "echo one; printf two; echo; echo $ROTA_TASK_ID >> $OUT"))
     log = cli.dir / "log"
     proc = cli.start("--grace", "5s", log=log)
     cli.wait(lambda: ran(cli) == ["talk"] and "two" in log.read_text(), 60)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0
-    lines = [line for line in log.read_text().splitlines() if "cadence.output" in line]
-    assert [line.split("cadence.output: ")[1] for line in lines] == [
+    lines = [line for line in log.read_text().splitlines() if "rota.output" in line]
+    assert [line.split("rota.output: ")[1] for line in lines] == [
         "job 'talk': one",
         "job 'talk': two",
     ]
@@ -322,14 +322,14 @@ def test_call_modules_are_found_next_to_the_job_file_and_plan_runs_none(
         "    pathlib.Path(__file__).with_name('ran').touch()\n"
     )
     (here / "jobs.toml").write_text(f'[[jobs]]\nid = "tidy"\n{EVERY}call = "mytasks:tidy"\n')
-    cadence = str(Path(sys.executable).parent / "cadence")  # the script, not python -m
-    done = subprocess.run([cadence, "plan", str(here / "jobs.toml")], cwd="/",
+    rota = str(Path(sys.executable).parent / "rota")  # the script, not python -m
+    done = subprocess.run([rota, "plan", str(here / "jobs.toml")], cwd="/",
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert not (here / "imported").exists()  # plan found the module, ran none of it
     store = f"sqlite:///{tmp_path / 's.db'}"
     node = subprocess.Popen(
-        [cadence, "run", str(here / "jobs.toml"), "--store", store, "--live", "no"],
+        [rota, "run", str(here / "jobs.toml"), "--store", store, "--live", "no"],
         cwd="/", stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -355,12 +355,12 @@ def test_import_crontab_gives_an_equivalent_job_file(tmp_path: Path) -> None:
         "5 4 * * sun echo weekly %cleanup%\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "import-crontab", str(tmp_path / "crontab")],
+        [sys.executable, "-m", "rota", "import-crontab", str(tmp_path / "crontab")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     (tmp_path / "jobs.toml").write_text(done.stdout)
-    from cadence.cli._jobfile import load
+    from rota.cli._jobfile import load
 
     jobs = {job.id: job for job in load(tmp_path / "jobs.toml")}
     assert list(jobs) == ["sync", "report.sh", "sync-2", "backup.sh"]
@@ -373,20 +373,20 @@ def test_import_crontab_gives_an_equivalent_job_file(tmp_path: Path) -> None:
     for kept in ("@reboot /opt/app/warm-cache", "%cleanup%", "MAILTO=", "SHELL="):
         assert kept in done.stdout  # said, as a comment: nothing dropped silently
     bad = subprocess.run(
-        [sys.executable, "-m", "cadence", "plan", str(tmp_path / "jobs.toml"), "--json"],
+        [sys.executable, "-m", "rota", "plan", str(tmp_path / "jobs.toml"), "--json"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bad.returncode == 0, bad.stderr
 
 
 def test_cron_shorthands_and_a_clear_refusal_of_reboot(tmp_path: Path) -> None:
-    from cadence.cron import Cron
+    from rota.cron import Cron
 
     assert Cron("@hourly").expression == "0 * * * *"
     assert Cron("@weekly").expression == "0 0 * * 0"
     (tmp_path / "jobs.toml").write_text('[[jobs]]\nid = "r"\ncron = "@reboot"\ncommand = "x"\n')
     done = subprocess.run(
-        [sys.executable, "-m", "cadence", "plan", str(tmp_path / "jobs.toml")],
+        [sys.executable, "-m", "rota", "plan", str(tmp_path / "jobs.toml")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -446,7 +446,7 @@ def _memory(pid: int, field: str) -> int:
 
 
 def test_a_loud_command_leaves_the_nodes_memory_flat(cli: Cli) -> None:
-    """A job printing 400 MB took ``cadence run`` to 1,132 MiB to keep a 2,000-character
+    """A job printing 400 MB took ``rota run`` to 1,132 MiB to keep a 2,000-character
     tail. Here 40 MB in lines of 1,000 characters, each also logged: the node's peak
     memory stays within 30 MiB of what it was before the job printed."""
     marker = cli.dir / "go"

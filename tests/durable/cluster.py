@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from cadence import DurableScheduler, FixedRate, Misfire, Overlap, Status
+from rota import DurableScheduler, FixedRate, Misfire, Overlap, Status
 
 ROOT = Path(__file__).resolve().parents[2]
 EFFECT = "tests.durable.jobs:effect"

@@ -7,7 +7,7 @@ import sqlite3
 import time
 from typing import Any
 
-from cadence import RunContext
+from rota import RunContext
 
 
 def noop(at: Any) -> None:

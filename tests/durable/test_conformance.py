@@ -1,4 +1,4 @@
-"""The public store conformance suite (:mod:`cadence.testing`) on cadence's three stores."""
+"""The public store conformance suite (:mod:`rota.testing`) on rota's three stores."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cadence.store import MemoryStore, SQLiteStore, Store
-from cadence.testing import StoreConformance
+from rota.store import MemoryStore, SQLiteStore, Store
+from rota.testing import StoreConformance
 
 
 class TestMemoryStore(StoreConformance):
@@ -34,7 +34,7 @@ class TestSQLiteStore(StoreConformance):
 
     def corrupt(self, store: Store, task_id: str) -> None:
         with sqlite3.connect(self.path) as db:
-            db.execute("UPDATE cadence_tasks SET spec = '{not json' WHERE task_id = ?", (task_id,))
+            db.execute("UPDATE rota_tasks SET spec = '{not json' WHERE task_id = ?", (task_id,))
 
     def reopen(self, store: Store) -> Store:
         return SQLiteStore(self.path)
@@ -46,7 +46,7 @@ class TestPostgresStore(StoreConformance):
         self.dsn, self.prefix = pg_dsn, pg_prefix
 
     def make_store(self) -> Store:
-        from cadence.store import PostgresStore
+        from rota.store import PostgresStore
 
         return PostgresStore(self.dsn, prefix=self.prefix, clock="caller")
 
@@ -69,9 +69,9 @@ def test_the_stores_sql_writes_only_the_statuses_the_transition_table_allows() -
     every status their SQL names is a status."""
     import re
 
-    from cadence._engine import TRANSITIONS
-    from cadence._types import CLAIMED, LEASED, RELEASED, Status
-    from cadence.store import _base
+    from rota._engine import TRANSITIONS
+    from rota._types import CLAIMED, LEASED, RELEASED, Status
+    from rota.store import _base
 
     source = "".join(
         (Path(_base.__file__).parent / name).read_text()

@@ -9,7 +9,6 @@ import itertools
 import logging
 import os
 import re
-import shutil
 import sqlite3
 import sys
 import threading
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cadence import (
+from rota import (
     AsyncRunner,
     DurableScheduler,
     FixedDelay,
@@ -36,11 +35,11 @@ from cadence import (
     Scheduler,
     Status,
 )
-from cadence.cron import Cron
-from cadence.durable import LeaseExpired, StoredError
-from cadence.durable import _commit as durable_commit
-from cadence.durable._rows import Held
-from cadence.store import (
+from rota.cron import Cron
+from rota.durable import LeaseExpired, StoredError
+from rota.durable import _commit as durable_commit
+from rota.durable._rows import Held
+from rota.store import (
     Change,
     Edit,
     MemoryStore,
@@ -50,7 +49,7 @@ from cadence.store import (
     TaskRow,
     open_store,
 )
-from cadence.store._sqlite import _pieces as sqlite_pieces
+from rota.store._sqlite import _pieces as sqlite_pieces
 from tests.durable import jobs
 from tests.helpers import Collector, make_store, rows, wait_until
 
@@ -245,35 +244,6 @@ def test_tasks_are_listed_in_one_query_by_pages_with_their_last_outcome(
         sched.tasks(limit=0)
 
 
-def test_a_store_written_before_the_action_index_opens_migrates_and_runs(
-    tmp_path: Path,
-) -> None:
-    """``tests/fixtures/schema1.db`` was written by cadence as it stood before schema 2
-    (a fixed-rate task that ran once, and a command job stored as
-    ``cadence.cli._command:run_command``): it opens, migrates to the action index,
-    and both tasks run, the fixed-rate one from where it was."""
-    path = tmp_path / "old.db"
-    shutil.copy(Path(__file__).parents[1] / "fixtures" / "schema1.db", path)
-    clock = ManualClock(1_800_000_000 + 60)
-    sched = DurableScheduler(SQLiteStore(path), clock=clock, imports=True)
-    db = sqlite3.connect(path)
-    try:
-        assert db.execute("SELECT value FROM cadence_meta WHERE key = 'schema_version'"
-                          ).fetchone() == (3,)  # fmt: skip
-        indexes = {name for (name,) in db.execute("SELECT name FROM sqlite_master "
-                                                  "WHERE type = 'index'")}  # fmt: skip
-    finally:
-        db.close()
-    assert "cadence_due_by_action" in indexes
-    assert "cadence_due" not in indexes
-    assert [h.slot for h in sched.history("every-minute")] == [1_800_000_000]
-    done = {(o.task_id, o.at, str(o.result), o.value) for o in sched.tick(clock())}
-    assert done == {
-        ("every-minute", 1_800_000_060, "ok", 5),
-        ("report", 1_800_000_030, "ok", "hi\n"),
-    }
-
-
 def test_completions_committed_together_store_null_where_a_value_is_none(
     tmp_path: Path,
 ) -> None:
@@ -292,12 +262,11 @@ def test_completions_committed_together_store_null_where_a_value_is_none(
     db = sqlite3.connect(path)
     try:
         lease = db.execute(
-            "SELECT task_id, typeof(owner), typeof(lease_until) FROM cadence_tasks "
-            "ORDER BY task_id"
+            "SELECT task_id, typeof(owner), typeof(lease_until) FROM rota_tasks ORDER BY task_id"
         ).fetchall()
         recorded = db.execute(
             "SELECT task_id, typeof(error), typeof(value), value, typeof(skipped_by) "
-            "FROM cadence_outcomes ORDER BY task_id"
+            "FROM rota_outcomes ORDER BY task_id"
         ).fetchall()
     finally:
         db.close()
@@ -346,9 +315,9 @@ def test_a_claim_costs_nothing_per_due_row_of_an_action_it_cannot_run(
     alone = steps()
     with db:  # 5,000 due rows of the other action, older than all of ours
         db.executemany(
-            "INSERT INTO cadence_tasks SELECT ?, 'theirs', spec, state, status, paused, "
+            "INSERT INTO rota_tasks SELECT ?, 'theirs', spec, state, status, paused, "
             "due - 1000, priority, seq, fence, owner, lease_until, expiries, version "
-            "FROM cadence_tasks WHERE task_id = 'm39'",
+            "FROM rota_tasks WHERE task_id = 'm39'",
             [(f"t{i}",) for i in range(5_000)],
         )
     beside = steps()
@@ -358,7 +327,7 @@ def test_a_claim_costs_nothing_per_due_row_of_an_action_it_cannot_run(
 def test_a_postgresql_password_is_never_shown() -> None:
     """The store's repr (in its errors and logs) shows a password as ``***``, in a URL
     and in keyword/value form (a URL's password was shown as it was)."""
-    from cadence.store import PostgresStore  # (the postgres extra: a dev dependency)
+    from rota.store import PostgresStore  # (the postgres extra: a dev dependency)
 
     for conninfo in ("postgresql://app:s3cretpw@127.0.0.1:1/app",
                      "host=127.0.0.1 password=s3cretpw user=app",
@@ -561,7 +530,7 @@ def test_stopped_runners_leave_no_connection_behind(
     else:
         import psycopg
 
-        from cadence.store import PostgresStore
+        from rota.store import PostgresStore
 
         dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
         store = PostgresStore(f"{dsn} application_name={prefix}", prefix=prefix)
@@ -583,7 +552,7 @@ def test_stopped_runners_leave_no_connection_behind(
         done = Collector()
         with Runner(sched, on_outcome=done):
             done.wait_for(1)
-        wait_until(lambda: not [t for t in threading.enumerate() if "cadence" in t.name], 5)
+        wait_until(lambda: not [t for t in threading.enumerate() if "rota" in t.name], 5)
         if kind == "sqlite":
             # SQLite keeps a closed connection's descriptor while another connection of
             # the process has the file open (for reuse): once this thread's is closed
@@ -607,7 +576,7 @@ def test_a_write_waits_out_another_process_holding_the_database(
 ) -> None:
     """Past SQLite's busy timeout a write keeps trying (no "database is locked" for
     the user), up to ``LOCKED_RETRY`` seconds; then the error, and nothing written."""
-    import cadence.store._sqlite as sqlite_store
+    import rota.store._sqlite as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.05)
     path = tmp_path / "b.db"
@@ -635,7 +604,7 @@ def test_a_write_waits_out_another_process_holding_the_database(
 
 
 def test_opening_a_new_file_another_process_is_writing_waits_for_it(tmp_path: Path) -> None:
-    """Two processes starting on a new file at once (``cadence run`` twice): turning the
+    """Two processes starting on a new file at once (``rota run`` twice): turning the
     file to WAL needs it alone, and SQLite reports the other's write transaction at
     once there, busy timeout or not. Opening waits for it instead of failing."""
     path = tmp_path / "new.db"
@@ -716,7 +685,7 @@ def test_an_import_path_that_broke_is_left_untouched_with_a_warning(
     s.schedule_once("a", 0, NOOP)
 
     def rename(row: Any) -> Any:
-        from cadence.store import Change
+        from rota.store import Change
 
         row.action = "tests.durable.jobs:gone"
         return Change(None, row=row)
@@ -926,16 +895,16 @@ def test_a_run_claimed_by_a_lost_answer_is_not_kept_by_the_heartbeat(store: Stor
 
 
 def _newer(row: TaskRow | None) -> Change[None]:
-    """A row as a newer cadence might write it: a schedule kind this one does not know."""
+    """A row as a newer rota might write it: a schedule kind this one does not know."""
     assert row is not None
     row.spec = {**row.spec, "schedule": {**row.spec["schedule"], "kind": "lunar"}}
     return Change(None, row=row)
 
 
-def test_a_row_this_cadence_cannot_read_is_left_as_it_is_and_holds_no_run_back(
+def test_a_row_this_rota_cannot_read_is_left_as_it_is_and_holds_no_run_back(
     store: Store, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A claimed row that cannot be restored (a newer cadence wrote it) is logged
+    """A claimed row that cannot be restored (a newer rota wrote it) is logged
     once and left as it is; it fails no claim, so the runs claimed with it run, and
     this node never claims it again, even once its lease has run out."""
     sched = DurableScheduler(store, clock=clock, lease=10)
@@ -963,7 +932,7 @@ def test_a_row_whose_json_is_corrupt_fails_no_claim_and_wakes_no_runner_in_a_loo
     sched.schedule_once("bad", 0, NOOP)
     sched.schedule_once("good", 0, NOOP)
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE cadence_tasks SET state = '{not json' WHERE task_id = 'bad'")
+        db.execute("UPDATE rota_tasks SET state = '{not json' WHERE task_id = 'bad'")
     done = Collector()
     with Runner(sched, on_outcome=done):
         assert done.wait_for(1, timeout=10)
@@ -971,7 +940,7 @@ def test_a_row_whose_json_is_corrupt_fails_no_claim_and_wakes_no_runner_in_a_loo
     assert [str(o.task_id) for o in done.outcomes] == ["good"]
     assert store.claims < 30  # about one per poll, not a busy loop
     with sqlite3.connect(path) as db:
-        found = db.execute("SELECT state FROM cadence_tasks WHERE task_id = 'bad'").fetchone()
+        found = db.execute("SELECT state FROM rota_tasks WHERE task_id = 'bad'").fetchone()
     assert found == ("{not json",)
     assert caplog.text.count("is not valid JSON") == 1
     [listed] = sched.tasks()  # "good" is done; "bad" is still listed
@@ -1005,9 +974,9 @@ def test_a_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
     SQLiteStore(path).open()
     db = sqlite3.connect(path)
     with db:
-        db.execute("UPDATE cadence_meta SET value = 99 WHERE key = 'schema_version'")
+        db.execute("UPDATE rota_meta SET value = 99 WHERE key = 'schema_version'")
     db.close()
-    with pytest.raises(StoreError, match=r"schema version 99 is newer than this cadence"):
+    with pytest.raises(StoreError, match=r"schema version 99 is newer than this version of rota"):
         SQLiteStore(path).open()
 
 
@@ -1253,7 +1222,7 @@ def test_a_dispatcher_commits_its_batch_of_completions_itself_before_it_claims_a
     monkeypatch.setattr(durable_commit, "LINGER", 60.0)
     store = FlushNotingStore(tmp_path / "d.db")
     _run_durably(DurableScheduler(store, batch=8, poll=5), 24)  # claims of 1, 8, 8, 7
-    assert store.flushes == [(n, "cadence-runner, with a claim") for n in (1, 8, 8, 7)]
+    assert store.flushes == [(n, "rota-runner, with a claim") for n in (1, 8, 8, 7)]
 
 
 class ClaimNotingStore(SQLiteStore):
@@ -1322,7 +1291,7 @@ def test_completions_keep_waiting_for_the_dispatcher_while_it_keeps_finishing_ru
     sched = DurableScheduler(store, batch=12, poll=10)  # claims of 1, then 11
     sched.register("pause", lambda _at: time.sleep(0.02))
     _run_durably(sched, 12, "pause")
-    assert store.flushes == [(n, "cadence-runner, with a claim") for n in (1, 11)]
+    assert store.flushes == [(n, "rota-runner, with a claim") for n in (1, 11)]
 
 
 def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
@@ -1356,7 +1325,7 @@ def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
     with Runner(sched, on_outcome=note):
         assert done.wait_for(2, timeout=30)
     assert seen == [True]
-    assert store.flushes[0] == (1, "cadence-committer")
+    assert store.flushes[0] == (1, "rota-committer")
     assert [sched.status(name) for name in "ab"] == [Status.DONE] * 2
 
 
@@ -1537,8 +1506,8 @@ def test_sqlite_writes_a_group_commit_in_one_statement_per_power_of_two_in_its_s
     store._db().set_trace_callback(statements.append)  # this thread's connection
     results = store.modify_many(edits)
     assert [r.value.task_id for r in results if r is not None] == [f"t{i:03}" for i in range(600)]
-    updates = [s for s in statements if "UPDATE cadence_tasks" in s]
-    inserts = [s for s in statements if s.startswith("INSERT INTO cadence_outcomes")]
+    updates = [s for s in statements if "UPDATE rota_tasks" in s]
+    inserts = [s for s in statements if s.startswith("INSERT INTO rota_outcomes")]
     sizes = [256, 256, 64, 16, 8]
     assert [len(re.findall(r"'t\d{3}'", s)) for s in updates] == sizes  # each row's key
     assert [len(re.findall(r"'t\d{3}'", s)) for s in inserts] == sizes

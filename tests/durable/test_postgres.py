@@ -22,18 +22,18 @@ from typing import Any
 
 import pytest
 
-from cadence import DurableScheduler, FixedRate
+from rota import DurableScheduler, FixedRate
 from tests.durable.cluster import EFFECT, ROOT, Cluster
 from tests.helpers import wait_until
 
 
 @pytest.fixture
 def nodes(pg_dsn: str, pg_prefix: str, tmp_path: Path) -> Iterator[Cluster]:
-    from cadence.store import PostgresStore
+    from rota.store import PostgresStore
 
     store = PostgresStore(pg_dsn, prefix=pg_prefix)
     cluster = Cluster(
-        tmp_path, f"pg:{pg_prefix}", DurableScheduler(store), {"CADENCE_PG_DSN": pg_dsn}
+        tmp_path, f"pg:{pg_prefix}", DurableScheduler(store), {"ROTA_PG_DSN": pg_dsn}
     )
     try:
         yield cluster
@@ -101,9 +101,9 @@ def test_a_node_whose_clock_is_an_hour_off_runs_nothing_early_and_steals_nothing
 def test_an_immediate_server_restart_under_load_loses_nothing(nodes: Cluster) -> None:
     """``pg_ctl restart -m immediate`` (a server crash) while two nodes run: they
     reconnect with backoff; a commit whose outcome was unknown is resolved."""
-    bindir, data = os.environ.get("CADENCE_PG_BIN"), os.environ.get("CADENCE_PG_DATA")
+    bindir, data = os.environ.get("ROTA_PG_BIN"), os.environ.get("ROTA_PG_DATA")
     if not bindir or not data:
-        pytest.skip("needs the server tests/postgres_server.py starts (CADENCE_PG_BIN)")
+        pytest.skip("needs the server tests/postgres_server.py starts (ROTA_PG_BIN)")
     ids = [f"t{i:03}" for i in range(80)]
     for i, task_id in enumerate(ids):
         nodes.sched.schedule_once(task_id, 0.2 + i * 0.03, EFFECT, args=[])
@@ -144,9 +144,9 @@ def test_a_rolling_deploy_leaves_a_new_action_to_the_nodes_that_know_it(nodes: C
 
 _DECLARE = """
 import os, sys
-from cadence import DurableScheduler, FixedRate
-from cadence.store import PostgresStore
-store = PostgresStore(os.environ["CADENCE_PG_DSN"], prefix=sys.argv[1])
+from rota import DurableScheduler, FixedRate
+from rota.store import PostgresStore
+store = PostgresStore(os.environ["ROTA_PG_DSN"], prefix=sys.argv[1])
 s = DurableScheduler(store)
 sys.stdin.readline()  # all four start together
 for k in range(5):
@@ -191,7 +191,7 @@ def test_a_node_cut_off_for_longer_than_its_lease_writes_nothing(
         nodes.sched.schedule_once("x", 0, EFFECT, args=[])
         cut = nodes.spawn(
             LEASE="0.5", EFFECT_SLEEP="1.0",
-            CADENCE_PG_DSN=pg_dsn.replace("user=postgres", f"user={role}"),
+            ROTA_PG_DSN=pg_dsn.replace("user=postgres", f"user={role}"),
         )  # fmt: skip
         wait_until(nodes.starts, timeout=10)
         with psycopg.connect(pg_dsn, autocommit=True) as db:
@@ -227,7 +227,7 @@ def _idle_in_transaction_past(nodes: Cluster, seconds: float) -> bool:
     frozen node's, the timeout not having ended it)."""
     import psycopg
 
-    with psycopg.connect(nodes.env["CADENCE_PG_DSN"], autocommit=True) as db:
+    with psycopg.connect(nodes.env["ROTA_PG_DSN"], autocommit=True) as db:
         found = db.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
             "AND state_change < now() - make_interval(secs => %s)",
@@ -247,7 +247,7 @@ def test_a_node_frozen_inside_a_transaction_stalls_nobody(nodes: Cluster) -> Non
     every task, the frozen node's included, within the lease plus that timeout; a control
     command on a locked row answers within ``lock_timeout``. Before, the rows stayed
     locked (not taken over, not controllable) until the node woke."""
-    from cadence.store import PostgresStore, StoreError
+    from rota.store import PostgresStore, StoreError
 
     ids = [f"r{i}" for i in range(10)]
     for task_id in ids:
@@ -258,7 +258,7 @@ def test_a_node_frozen_inside_a_transaction_stalls_nobody(nodes: Cluster) -> Non
     began = time.time()
     nodes.spawn(**env)
     control = DurableScheduler(
-        PostgresStore(nodes.env["CADENCE_PG_DSN"], prefix=nodes.target[3:], lock_timeout=0.5)
+        PostgresStore(nodes.env["ROTA_PG_DSN"], prefix=nodes.target[3:], lock_timeout=0.5)
     )
     start = time.monotonic()
     refused = None
@@ -305,9 +305,9 @@ def test_statements_the_server_cancels_leak_no_connection_and_answer_fast(
     waited through every retry."""
     import psycopg
 
-    from cadence.store import PostgresStore, StoreError
+    from rota.store import PostgresStore, StoreError
 
-    app = f"cadence-{pg_prefix}"
+    app = f"rota-{pg_prefix}"
     store = PostgresStore(f"{pg_dsn} application_name={app}", prefix=pg_prefix,
                           lock_timeout=0.1)  # fmt: skip
     sched = DurableScheduler(store)
@@ -366,8 +366,8 @@ def test_the_servers_time_never_goes_back_when_it_is_measured_again(
     is half a round trip off either way; one whose reply was slow read the server's
     time as earlier than the last reading, and a run that ended after it started
     was logged "in -0.028s". Here the reply of the second measure is 60 ms slow."""
-    import cadence.store._postgres as module
-    from cadence.store import PostgresStore
+    import rota.store._postgres as module
+    from rota.store import PostgresStore
 
     slow = {"next": False}
     real = time.monotonic

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from cadence import DurableScheduler, Status
-from cadence.store import SQLiteStore
+from rota import DurableScheduler, Status
+from rota.store import SQLiteStore
 from tests.durable.cluster import EFFECT, Cluster
 from tests.helpers import wait_until
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    db = str(tmp_path / "cadence.db")
+    db = str(tmp_path / "rota.db")
     c = Cluster(tmp_path, db, DurableScheduler(SQLiteStore(db)))
     try:
         yield c

@@ -17,11 +17,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from cadence import DurableScheduler, ManualClock, Misfire, Status
-from cadence._engine import Run
-from cadence.durable._commit import Completion
-from cadence.durable._rows import Held
-from cadence.store import MemoryStore
+from rota import DurableScheduler, ManualClock, Misfire, Status
+from rota._engine import Run
+from rota.durable._commit import Completion
+from rota.durable._rows import Held
+from rota.store import MemoryStore
 
 LEASE = 10
 NODES = 3

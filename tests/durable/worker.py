@@ -2,7 +2,7 @@
 
 ``python -m tests.durable.worker DB`` runs due tasks until SIGTERM (or for
 $RUN_FOR seconds); DB is a SQLite file, or ``pg:PREFIX`` for the tables with
-that prefix on the PostgreSQL server at $CADENCE_PG_DSN. $CLOCK_OFFSET
+that prefix on the PostgreSQL server at $ROTA_PG_DSN. $CLOCK_OFFSET
 (seconds) sets the node's clock that far off; $CLOCK_STEP_FILE steps its wall clock
 (``time.time``) by the seconds written there. $ACTIONS registers names
 (``name=module:function,...``), as a deployed version of an application
@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cadence import DurableScheduler, Runner
-from cadence.durable._codec import resolve_path
-from cadence.store import Change, Edit, Known, SQLiteStore, TaskRow
+from rota import DurableScheduler, Runner
+from rota.durable._codec import resolve_path
+from rota.store import Change, Edit, Known, SQLiteStore, TaskRow
 
 
 class KillingStore(SQLiteStore):
@@ -80,10 +80,10 @@ class KillingStore(SQLiteStore):
 
 
 def _postgres(prefix: str) -> Any:
-    """A PostgresStore on $CADENCE_PG_DSN; $PG_TIMEOUT sets its ``idle_timeout``;
+    """A PostgresStore on $ROTA_PG_DSN; $PG_TIMEOUT sets its ``idle_timeout``;
     $FREEZE=1 makes the process SIGSTOP itself inside the first transaction that
     claimed rows (its row locks held: a frozen VM, a debugger, a long GC pause)."""
-    from cadence.store import PostgresStore
+    from rota.store import PostgresStore
 
     class FreezingStore(PostgresStore):
         frozen = False
@@ -108,7 +108,7 @@ def _postgres(prefix: str) -> Any:
 
     bound = float(os.environ.get("PG_TIMEOUT", "10"))
     return FreezingStore(
-        os.environ["CADENCE_PG_DSN"], prefix=prefix, idle_timeout=bound,
+        os.environ["ROTA_PG_DSN"], prefix=prefix, idle_timeout=bound,
     )  # fmt: skip
 
 
@@ -133,7 +133,7 @@ def main() -> None:
     if os.environ.get("CLOCK_STEP_FILE"):
         _steppable_wall_clock(os.environ["CLOCK_STEP_FILE"])
     store: Any
-    if target.startswith("pg:"):  # PostgreSQL ($CADENCE_PG_DSN), tables with this prefix
+    if target.startswith("pg:"):  # PostgreSQL ($ROTA_PG_DSN), tables with this prefix
         store = _postgres(target[3:])
     else:
         store = KillingStore(target, os.environ.get("KILL_AT", ""))

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from cadence import (
+from rota import (
     Backoff,
     FixedRate,
     ManualClock,
@@ -23,8 +23,8 @@ from cadence import (
     Scheduler,
     Status,
 )
-from cadence.cron import Cron
-from cadence.schedules import FixedDelay
+from rota.cron import Cron
+from rota.schedules import FixedDelay
 from tests.helpers import rows
 
 BAD_TIMES: list[Any] = [math.nan, math.inf, -math.inf, 10**400, "soon", None.__class__]

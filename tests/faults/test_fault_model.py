@@ -23,7 +23,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from cadence import ManualClock, Misfire, Once, Result, Scheduler, Status
+from rota import ManualClock, Misfire, Once, Result, Scheduler, Status
 
 IDS = st.integers(0, 5)
 GARBAGE = st.sampled_from([math.nan, math.inf, -1.0, "x", None, 10**400])

@@ -24,9 +24,9 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 BARRAGE = r"""
 import signal, sys, threading
-from cadence import ManualClock, Scheduler, Status
-from cadence.misfire import Misfire
-from cadence.schedules import FixedRate
+from rota import ManualClock, Scheduler, Status
+from rota.misfire import Misfire
+from rota.schedules import FixedRate
 
 armed = False  # armed only inside the loop's try: an interrupt elsewhere is ignored
 def handler(signum, frame):
@@ -83,7 +83,7 @@ print("ok", interrupts, ops, flush=True)
 
 RUNNER = r"""
 import time
-from cadence import Runner, Scheduler
+from rota import Runner, Scheduler
 s = Scheduler()
 def act(at):
     pass

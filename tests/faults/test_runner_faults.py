@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from cadence import AsyncRunner, ManualClock, Result, Runner, Scheduler, Status
+from rota import AsyncRunner, ManualClock, Result, Runner, Scheduler, Status
 from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0
@@ -134,7 +134,7 @@ def test_an_executor_failing_a_future_unrun_fails_the_run(caplog: Any) -> None:
     seen = Collector()
     s.schedule_once("t", 0, ok, max_retries=1)
     runner = Runner(s, executor=FailingExecutor(), on_outcome=seen)
-    with caplog.at_level(logging.ERROR, logger="cadence"):
+    with caplog.at_level(logging.ERROR, logger="rota"):
         runner.start()
         seen.wait_for(1)
         clock.advance(1)  # the retry
@@ -281,7 +281,7 @@ class FlakyClock:
 def test_a_clock_raising_once_neither_kills_the_runner_nor_strands_a_run(
     read: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("cadence._runner.CLOCK_RETRY", 0.01)
+    monkeypatch.setattr("rota._runner.CLOCK_RETRY", 0.01)
     clock = FlakyClock({read})
     s = Scheduler(clock=clock)
     s.schedule_once("a", 0, ok)

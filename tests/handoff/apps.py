@@ -1,5 +1,5 @@
 """The worker side of the hand-off tests: one app per queue, each recording the
-cadence key of every message it runs in the SQLite file $HANDOFF_DB (one row per
+rota key of every message it runs in the SQLite file $HANDOFF_DB (one row per
 execution, so duplicates can be counted). Run by the queues' own worker commands."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from celery import Celery  # type: ignore[import-untyped]
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage
 
-URL = os.environ.get("CADENCE_REDIS_URL", "redis://127.0.0.1:6379/0")
+URL = os.environ.get("ROTA_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def record(target: str, key: str, args: Any) -> None:
@@ -33,8 +33,8 @@ celery.conf.worker_hijack_root_logger = False
 
 @celery.task(name="tests.handoff.apps.report", bind=True)  # type: ignore[untyped-decorator]
 def report(self: Any, *args: Any) -> None:
-    """Celery: the key is the task id (and the ``cadence_key`` header)."""
-    record("celery", str(self.request.headers.get("cadence_key") or self.request.id), args)
+    """Celery: the key is the task id (and the ``rota_key`` header)."""
+    record("celery", str(self.request.headers.get("rota_key") or self.request.id), args)
 
 
 def rq_report(*args: Any) -> None:
@@ -43,7 +43,7 @@ def rq_report(*args: Any) -> None:
 
     job = get_current_job()
     assert job is not None
-    record("rq", str(job.meta["cadence_key"]), args)
+    record("rq", str(job.meta["rota_key"]), args)
 
 
 broker = RedisBroker(url=URL)  # type: ignore[no-untyped-call]
@@ -53,10 +53,10 @@ dramatiq.set_broker(broker)
 
 @dramatiq.actor(actor_name="tests.handoff.apps.dramatiq_report")
 def dramatiq_report(*args: Any) -> None:
-    """Dramatiq: the key is the message id (and the ``cadence_key`` option)."""
+    """Dramatiq: the key is the message id (and the ``rota_key`` option)."""
     message = CurrentMessage.get_current_message()
     assert message is not None
-    record("dramatiq", str(message.options.get("cadence_key", message.message_id)), args)
+    record("dramatiq", str(message.options.get("rota_key", message.message_id)), args)
 
 
 async def arq_report(ctx: dict[str, Any], *args: Any) -> None:

@@ -23,11 +23,11 @@ BIN = Path(sys.executable).parent
 def redis_url() -> Iterator[str]:
     """The Redis ``make test`` starts (``tests/postgres_server.py``), emptied after the
     test. Missing: a failure in CI, a skip elsewhere, saying how to get one."""
-    url = os.environ.get("CADENCE_REDIS_URL")
+    url = os.environ.get("ROTA_REDIS_URL")
     if not url:
         unavailable(
             "no Redis: run the suite through `make test` (it starts a throwaway "
-            "redis-server), or set CADENCE_REDIS_URL"
+            "redis-server), or set ROTA_REDIS_URL"
         )
     yield url
     import redis
@@ -39,11 +39,11 @@ def redis_url() -> Iterator[str]:
 def amqp_url() -> str:
     """The RabbitMQ ``make test`` starts (``tests/postgres_server.py``, as root).
     Missing: a failure in CI, a skip elsewhere, saying how to get one."""
-    url = os.environ.get("CADENCE_AMQP_URL")
+    url = os.environ.get("ROTA_AMQP_URL")
     if not url:
         unavailable(
             "no RabbitMQ: run the suite through `make test` as root (it starts a "
-            "throwaway rabbitmq-server), or set CADENCE_AMQP_URL"
+            "throwaway rabbitmq-server), or set ROTA_AMQP_URL"
         )
     return url
 
@@ -67,7 +67,7 @@ class Worker:
         argv = [str(BIN / WORKERS[target][0]), *(a.format(url=url) for a in WORKERS[target][1:])]
         if broker is not None:
             argv[1:1] = ["-b", broker]
-        env = {**os.environ, "CADENCE_REDIS_URL": url, "HANDOFF_DB": str(db),
+        env = {**os.environ, "ROTA_REDIS_URL": url, "HANDOFF_DB": str(db),
                "PYTHONPATH": str(ROOT)}  # fmt: skip
         self.log = db.with_suffix(f".{target}.log")
         with open(self.log, "wb") as out:

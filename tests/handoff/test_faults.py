@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cadence import (
+from rota import (
     Backoff,
     FixedRate,
     ManualClock,
@@ -24,8 +24,8 @@ from cadence import (
     Scheduler,
     handoff,
 )  # fmt: skip
-from cadence.durable import DurableScheduler
-from cadence.store import SQLiteStore
+from rota.durable import DurableScheduler
+from rota.store import SQLiteStore
 from tests.conftest import unavailable
 from tests.handoff.conftest import Worker
 from tests.handoff.test_handoff import DEDUPES, NAMES
@@ -38,7 +38,7 @@ def node(db: Path, redis_url: str, **env: str) -> subprocess.Popen[bytes]:
     """A durable node (``tests/durable/worker.py``) on ``db`` that knows the broker."""
     return subprocess.Popen(
         [sys.executable, "-m", "tests.durable.worker", str(db)], cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "CADENCE_BROKER_TESTS": redis_url,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "ROTA_BROKER_TESTS": redis_url,
              "LEASE": "1", **env},
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -52,7 +52,7 @@ def test_a_node_killed_between_publish_and_commit_leaves_a_republish_never_a_los
     ``KILL_AT=completing``); the second takes the run over after the lease and
     publishes it again with the same key. One outcome is recorded; the worker runs
     the slot once where the queue dedupes by id (RQ), twice elsewhere (Celery)."""
-    db = tmp_path / "cadence.db"
+    db = tmp_path / "rota.db"
     sched = DurableScheduler(SQLiteStore(db))
     try:
         sched.schedule("once", Once(0), handoff.publish,

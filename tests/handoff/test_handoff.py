@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cadence import FixedRate, ManualClock, Result, RunContext, Runner, Scheduler, handoff
-from cadence.durable import DurableScheduler
-from cadence.store import SQLiteStore
+from rota import FixedRate, ManualClock, Result, RunContext, Runner, Scheduler, handoff
+from rota.durable import DurableScheduler
+from rota.store import SQLiteStore
 from tests.handoff.conftest import ROOT, Worker
 from tests.helpers import wait_until
 
@@ -39,7 +39,7 @@ def test_three_nodes_hand_each_of_2000_slots_to_a_real_worker_once(
     slots the killed node had in flight: taken over and recorded by another node.
     Then 3 keys are published again, as a node killed between publish and commit
     would: arq and RQ refuse them, Celery and Dramatiq deliver them twice."""
-    from cadence.store import PostgresStore
+    from rota.store import PostgresStore
 
     store = PostgresStore(pg_dsn, prefix=pg_prefix)
     sched = DurableScheduler(store)
@@ -86,7 +86,7 @@ def test_three_nodes_hand_each_of_2000_slots_to_a_real_worker_once(
 def run_three_nodes_killing_one(sched: DurableScheduler, prefix: str, redis_url: str) -> int:
     """Run the 20 tasks to their end on 3 node processes, SIGKILLing midway one that has
     recorded runs; its pid."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CADENCE_BROKER_TESTS": redis_url,
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ROTA_BROKER_TESTS": redis_url,
            "LEASE": "2"}  # fmt: skip
     nodes = [
         subprocess.Popen(
@@ -166,9 +166,9 @@ def test_a_broker_that_cannot_be_reached_fails_the_run_and_hides_its_password(
 
 
 def test_a_broker_is_named_never_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CADENCE_BROKER_FROM_ENV", "redis://:pw@127.0.0.1:1/0")
+    monkeypatch.setenv("ROTA_BROKER_FROM_ENV", "redis://:pw@127.0.0.1:1/0")
     assert handoff.broker_url("from-env") == "redis://:pw@127.0.0.1:1/0"
-    with pytest.raises(handoff.HandoffError, match=r"no broker 'nope' here.*CADENCE_BROKER_NOPE"):
+    with pytest.raises(handoff.HandoffError, match=r"no broker 'nope' here.*ROTA_BROKER_NOPE"):
         handoff.broker_url("nope")
     with pytest.raises(ValueError, match="target must be one of celery, rq, dramatiq, arq"):
         handoff.message("kafka", "x")
@@ -178,7 +178,7 @@ def test_a_broker_is_named_never_stored(tmp_path: Path, monkeypatch: pytest.Monk
                        kwargs=handoff.message("rq", "a.b", broker="from-env"))  # fmt: skip
         row = sched.store.get("j")
         assert row is not None
-        assert row.action == "cadence.handoff:publish"
+        assert row.action == "rota.handoff:publish"
         assert row.spec["kwargs"]["broker"] == "from-env"
         assert "pw" not in repr(row.spec)
     finally:
@@ -187,7 +187,7 @@ def test_a_broker_is_named_never_stored(tmp_path: Path, monkeypatch: pytest.Monk
 
 FIRST_PUBLISHES = """
 import sys, threading
-from cadence import RunContext, handoff
+from rota import RunContext, handoff
 assert "celery" not in sys.modules  # its first import is the one raced
 handoff.register_broker("gone", "redis://127.0.0.1:1/0")
 errors, barrier = [], threading.Barrier(8)

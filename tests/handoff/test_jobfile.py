@@ -1,4 +1,4 @@
-"""``enqueue`` jobs and ``[brokers]`` in a job file, under ``cadence run``."""
+"""``enqueue`` jobs and ``[brokers]`` in a job file, under ``rota run``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cadence.cli._jobfile import HANDOFF, JobFileError, load
+from rota.cli._jobfile import HANDOFF, JobFileError, load
 from tests.cli.conftest import Cli
 from tests.handoff.conftest import Worker
 

@@ -1,4 +1,4 @@
-"""The dashboard's fixtures: a running node (or ``cadence web``) serving it, real
+"""The dashboard's fixtures: a running node (or ``rota web``) serving it, real
 processes on real stores, and a real headless Chromium driven by Playwright."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ URL = re.compile(r"dashboard at (http://\S+/)")
 
 
 class Served:
-    """A ``cadence`` process serving the dashboard: its URL, its log, its process."""
+    """A ``rota`` process serving the dashboard: its URL, its log, its process."""
 
     def __init__(self, proc: subprocess.Popen[str], log: Path) -> None:
         self.proc = proc
@@ -43,18 +43,18 @@ class Served:
 
 
 def serve_node(cli: Cli, *extra: str) -> Served:
-    """``cadence run`` on the job file with ``--web 127.0.0.1:0``."""
+    """``rota run`` on the job file with ``--web 127.0.0.1:0``."""
     log = cli.dir / f"node{len(cli.procs)}.log"
     proc = cli.start("--web", "127.0.0.1:0", *extra, log=log)
     return Served(proc, log)
 
 
 def serve_web(cli: Cli, *extra: str) -> Served:
-    """``cadence web`` on the store (it runs no jobs)."""
+    """``rota web`` on the store (it runs no jobs)."""
     log = cli.dir / f"web{len(cli.procs)}.log"
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cadence", "web", "--store", cli.store,
+            [sys.executable, "-m", "rota", "web", "--store", cli.store,
              "--listen", "127.0.0.1:0", *extra],
             cwd=cli.dir, env=cli.env, stdout=subprocess.PIPE, stderr=err, text=True,
         )  # fmt: skip
@@ -64,7 +64,7 @@ def serve_web(cli: Cli, *extra: str) -> Served:
 
 def chromium_path() -> str:
     """Debian's Chromium (``make test`` installs it); missing: a skip, or in CI a failure."""
-    found = os.environ.get("CADENCE_CHROMIUM") or shutil.which("chromium")
+    found = os.environ.get("ROTA_CHROMIUM") or shutil.which("chromium")
     if found:
         return found
     message = "no Chromium: run the suite through `make test` (it installs Debian's chromium)"

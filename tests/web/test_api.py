@@ -1,5 +1,5 @@
-"""The HTTP API, ``/metrics`` and ``/healthz`` over real HTTP, against ``cadence web``
-and ``cadence run --web``, on SQLite and PostgreSQL; and the rules for serving."""
+"""The HTTP API, ``/metrics`` and ``/healthz`` over real HTTP, against ``rota web``
+and ``rota run --web``, on SQLite and PostgreSQL; and the rules for serving."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def store_cli(request: pytest.FixtureRequest, cli: Cli) -> Iterator[Cli]:
             db.execute(f"DROP DATABASE {dbname} WITH (FORCE)")
 
 
-def test_the_api_and_metrics_of_a_node_and_of_cadence_web(store_cli: Cli) -> None:
+def test_the_api_and_metrics_of_a_node_and_of_rota_web(store_cli: Cli) -> None:
     cli = store_cli
     cli.write(
         job("ok-job", "echo hello")
@@ -131,16 +131,16 @@ def _check_metrics(served: Served, *, own_runs: bool) -> None:
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for f in families.values() for s in f.samples
     }  # fmt: skip
-    assert samples[("cadence_next_run_timestamp_seconds", (("job", "ok-job"),))] > 0
-    assert ("cadence_last_success_timestamp_seconds", (("job", "ok-job"),)) in samples
-    assert ("cadence_last_success_timestamp_seconds", (("job", "bad-job"),)) not in samples
-    assert sum(v for (name, _), v in samples.items() if name == "cadence_jobs") >= 3
-    for name in ("cadence_runs", "cadence_run_duration_seconds", "cadence_run_lag_seconds"):
+    assert samples[("rota_next_run_timestamp_seconds", (("job", "ok-job"),))] > 0
+    assert ("rota_last_success_timestamp_seconds", (("job", "ok-job"),)) in samples
+    assert ("rota_last_success_timestamp_seconds", (("job", "bad-job"),)) not in samples
+    assert sum(v for (name, _), v in samples.items() if name == "rota_jobs") >= 3
+    for name in ("rota_runs", "rota_run_duration_seconds", "rota_run_lag_seconds"):
         assert families[name].type in ("counter", "histogram")
-    failed = samples.get(("cadence_runs_total", (("job", "bad-job"), ("result", "failed"))))
+    failed = samples.get(("rota_runs_total", (("job", "bad-job"), ("result", "failed"))))
     if own_runs:
         assert failed == 1
-        assert samples[("cadence_run_lag_seconds_count", (("job", "ok-job"),))] >= 1
+        assert samples[("rota_run_lag_seconds_count", (("job", "ok-job"),))] >= 1
     else:
         assert failed is None  # runs nothing: counts nothing
 
@@ -148,7 +148,7 @@ def _check_metrics(served: Served, *, own_runs: bool) -> None:
 def test_serving_refuses_what_it_must_before_serving(cli: Cli, tmp_path: Path) -> None:
     def web(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "cadence", "web", *args], cwd=tmp_path, env=cli.env,
+            [sys.executable, "-m", "rota", "web", *args], cwd=tmp_path, env=cli.env,
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
 
@@ -168,7 +168,7 @@ def test_a_token_guards_every_post_and_leaves_gets_readable(cli: Cli) -> None:
     cli.write(job("guarded", "true"))
     node = serve_node(cli)  # creates the store
     cli.wait(lambda: history(cli, "guarded") != [], 30)
-    cli.env["CADENCE_TOKEN"] = "tok-123"
+    cli.env["ROTA_TOKEN"] = "tok-123"
     web = serve_web(cli, "--listen", "0.0.0.0:0")  # a token: any address
     try:
         assert call(web.url.replace("0.0.0.0", "127.0.0.1") + "api/jobs")[0] == 200

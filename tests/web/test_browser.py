@@ -1,4 +1,4 @@
-"""The dashboard in a real headless Chromium, against a real ``cadence run --web``
+"""The dashboard in a real headless Chromium, against a real ``rota run --web``
 node on a real SQLite file: what an operator sees and does, end to end."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""cadence.metrics.Collector in a registry of one's own, over an in-memory scheduler
+"""rota.metrics.Collector in a registry of one's own, over an in-memory scheduler
 (docs/web.md's block), stepped with tick: the series, their values, the label cap."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import cadence.metrics
-from cadence import (
+import rota.metrics
+from rota import (
     DurableScheduler,
     Event,
     EventKind,
@@ -25,7 +25,7 @@ from cadence import (
     RunOutcome,
     Scheduler,
 )
-from cadence.store import MemoryStore, StoreError
+from rota.store import MemoryStore, StoreError
 from tests.web.test_mounting import WEB
 
 
@@ -40,18 +40,18 @@ def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[Any, ...]], fl
 
 def test_the_documented_block_registers_the_collector() -> None:
     [block] = [b for b in re.findall(r"```python\n(.*?)```", WEB.read_text(), flags=re.DOTALL)
-               if "cadence.metrics" in b]  # fmt: skip
+               if "rota.metrics" in b]  # fmt: skip
     registry = CollectorRegistry()
     scheduler = Scheduler()
     exec(block.replace("from prometheus_client import REGISTRY\n", ""),
          {"REGISTRY": registry, "scheduler": scheduler})  # fmt: skip
-    assert ("cadence_store_up", ()) in samples(registry)
+    assert ("rota_store_up", ()) in samples(registry)
 
 
 def test_runs_gauges_and_the_job_label_cap() -> None:
     clock = ManualClock(1_000_000)
     scheduler = Scheduler(clock=clock, epoch=True)
-    collector = cadence.metrics.Collector(scheduler, max_jobs=2)
+    collector = rota.metrics.Collector(scheduler, max_jobs=2)
     registry = CollectorRegistry()
     registry.register(collector)
 
@@ -65,20 +65,20 @@ def test_runs_gauges_and_the_job_label_cap() -> None:
     clock.advance(12)
     scheduler.tick(clock())
     got = samples(registry)
-    assert got[("cadence_runs_total", (("job", "a"), ("result", "ok")))] == 2
-    assert got[("cadence_runs_total", (("job", "b"), ("result", "failed")))] == 2
-    assert got[("cadence_runs_total", (("job", "_other"), ("result", "ok")))] == 2  # c
-    assert got[("cadence_run_lag_seconds_count", (("job", "a"),))] == 2
-    assert got[("cadence_run_lag_seconds_sum", (("job", "a"),))] == 2  # 0 and 2 late
-    assert got[("cadence_next_run_timestamp_seconds", (("job", "a"),))] == 1_000_020
-    assert got[("cadence_last_success_timestamp_seconds", (("job", "a"),))] == 1_000_012
-    assert ("cadence_last_success_timestamp_seconds", (("job", "b"),)) not in got
-    assert got[("cadence_jobs", (("status", "scheduled"),))] == 3  # b fails, goes on
-    assert got[("cadence_runs_in_flight", ())] == 0
+    assert got[("rota_runs_total", (("job", "a"), ("result", "ok")))] == 2
+    assert got[("rota_runs_total", (("job", "b"), ("result", "failed")))] == 2
+    assert got[("rota_runs_total", (("job", "_other"), ("result", "ok")))] == 2  # c
+    assert got[("rota_run_lag_seconds_count", (("job", "a"),))] == 2
+    assert got[("rota_run_lag_seconds_sum", (("job", "a"),))] == 2  # 0 and 2 late
+    assert got[("rota_next_run_timestamp_seconds", (("job", "a"),))] == 1_000_020
+    assert got[("rota_last_success_timestamp_seconds", (("job", "a"),))] == 1_000_012
+    assert ("rota_last_success_timestamp_seconds", (("job", "b"),)) not in got
+    assert got[("rota_jobs", (("status", "scheduled"),))] == 3  # b fails, goes on
+    assert got[("rota_runs_in_flight", ())] == 0
     collector.close()
     clock.advance(10)
     scheduler.tick(clock())
-    assert samples(registry)[("cadence_runs_total", (("job", "a"), ("result", "ok")))] == 2
+    assert samples(registry)[("rota_runs_total", (("job", "a"), ("result", "ok")))] == 2
 
 
 def test_runs_from_many_threads_are_each_counted_once_across_folds() -> None:
@@ -87,11 +87,11 @@ def test_runs_from_many_threads_are_each_counted_once_across_folds() -> None:
     scrapes, and every run is in the counter and both histograms exactly once."""
     clock = ManualClock(1_000_000)
     scheduler = Scheduler(clock=clock, epoch=True)
-    collector = cadence.metrics.Collector(scheduler)
+    collector = rota.metrics.Collector(scheduler)
     registry = CollectorRegistry()
     registry.register(collector)
     runs, threads = 1500, 4
-    assert runs * threads > 3 * cadence.metrics.FOLD
+    assert runs * threads > 3 * rota.metrics.FOLD
     for t in range(threads):
         for i in range(runs):
             scheduler.schedule_once(f"t{t}-{i % 10}-{i}", 0, lambda at: None)
@@ -106,16 +106,16 @@ def test_runs_from_many_threads_are_each_counted_once_across_folds() -> None:
     seen = []
     while any(w.is_alive() for w in workers):  # scrapes while the runs are noted
         seen.append(sum(v for (name, _), v in samples(registry).items()
-                        if name == "cadence_runs_total"))  # fmt: skip
+                        if name == "rota_runs_total"))  # fmt: skip
     for worker in workers:
         worker.join(60)
     got = samples(registry)
     total = runs * threads
-    for name in ("cadence_runs_total", "cadence_run_lag_seconds_count",
-                 "cadence_run_duration_seconds_count"):  # fmt: skip
+    for name in ("rota_runs_total", "rota_run_lag_seconds_count",
+                 "rota_run_duration_seconds_count"):  # fmt: skip
         assert sum(v for (n, _), v in got.items() if n == name) == total, name
     assert seen == sorted(seen)  # a counter never goes back
-    assert got[("cadence_runs_total", (("job", "_other"), ("result", "ok")))] == total - 1000
+    assert got[("rota_runs_total", (("job", "_other"), ("result", "ok")))] == total - 1000
 
 
 class _Down(MemoryStore):
@@ -132,10 +132,10 @@ class _Down(MemoryStore):
 def test_a_store_that_stops_answering_is_a_503_and_a_gauge_not_a_crash() -> None:
     from starlette.testclient import TestClient
 
-    import cadence.web
+    import rota.web
 
     store = _Down()
-    client = TestClient(cadence.web.asgi_app(DurableScheduler(store)))
+    client = TestClient(rota.web.asgi_app(DurableScheduler(store)))
     assert client.get("/healthz").json() == {"ok": True}
     store.down = True
     answer = client.get("/healthz")
@@ -144,8 +144,8 @@ def test_a_store_that_stops_answering_is_a_503_and_a_gauge_not_a_crash() -> None
                              "Connection refused"}  # fmt: skip
     scraped = {(s.name, s.value) for f in text_string_to_metric_families(
         client.get("/metrics").text) for s in f.samples}  # fmt: skip
-    assert ("cadence_store_up", 0.0) in scraped
-    assert ("cadence_store_errors_total", 1.0) in scraped
+    assert ("rota_store_up", 0.0) in scraped
+    assert ("rota_store_errors_total", 1.0) in scraped
 
 
 @settings(max_examples=60, deadline=None)
@@ -177,7 +177,7 @@ def test_run_counters_and_histograms_match_a_plain_count(
         return now[0]
 
     scheduler = Scheduler(clock=clock)
-    collector = cadence.metrics.Collector(scheduler, max_jobs=cap)
+    collector = rota.metrics.Collector(scheduler, max_jobs=cap)
     registry = CollectorRegistry()
     registry.register(collector)
     labels: list[str] = []
@@ -198,11 +198,11 @@ def test_run_counters_and_histograms_match_a_plain_count(
         if skipped:
             skips[job, "misfire"] += skipped
         for family, given_value, bounds in (
-            ("lag", started - 100.0, cadence.metrics.LAG_BUCKETS),  # (as floats round)
+            ("lag", started - 100.0, rota.metrics.LAG_BUCKETS),  # (as floats round)
             (
                 "duration",
                 None if now[0] is None else now[0] - started,
-                cadence.metrics.DURATION_BUCKETS,
+                rota.metrics.DURATION_BUCKETS,
             ),
         ):
             if given_value is None:
@@ -215,16 +215,16 @@ def test_run_counters_and_histograms_match_a_plain_count(
     got = samples(registry)
     runs_total = {
         (dict(k)["job"], dict(k)["result"]): v for (name, k), v in got.items()
-        if name == "cadence_runs_total"
+        if name == "rota_runs_total"
     }  # fmt: skip
     assert runs_total == dict(counts)
     skipped_total = {
         (dict(k)["job"], dict(k)["reason"]): v for (name, k), v in got.items()
-        if name == "cadence_slots_skipped_total"
+        if name == "rota_slots_skipped_total"
     }  # fmt: skip
     assert skipped_total == dict(skips)
     for family in ("lag", "duration"):
-        prefix = f"cadence_run_{family}_seconds"
+        prefix = f"rota_run_{family}_seconds"
         found = {
             (dict(k)["job"], float(dict(k)["le"])): v for (name, k), v in got.items()
             if name == f"{prefix}_bucket" and v

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cadence import DurableScheduler, FixedRate
+from rota import DurableScheduler, FixedRate
 from tests.test_readme import blocks
 
 WEB = pathlib.Path(__file__).parents[2] / "docs" / "web.md"
@@ -36,7 +36,7 @@ def run(title: str, kind: str) -> types.ModuleType:
     assert DURABLE in code
     if kind == "memory":
         code = code.replace(DURABLE, "Scheduler()").replace(
-            "from cadence import DurableScheduler", "from cadence import Scheduler"
+            "from rota import DurableScheduler", "from rota import Scheduler"
         )
     module = types.ModuleType(f"recipe_{kind}")
     exec(compile(code, f"docs/web.md ({title})", "exec"), module.__dict__)
@@ -58,17 +58,17 @@ def use(scheduler: Any) -> None:
 
 
 def check(get: Callable[[str], tuple[int, str]], post: Callable[[str], int]) -> None:
-    status, page = get("/cadence/")
+    status, page = get("/rota/")
     assert status == 200
-    assert 'href="/cadence/jobs/nightly%2Freport"' in page
-    assert 'src="/cadence/static/htmx.min.js"' in page
-    status, body = get("/cadence/api/jobs")
+    assert 'href="/rota/jobs/nightly%2Freport"' in page
+    assert 'src="/rota/static/htmx.min.js"' in page
+    status, body = get("/rota/api/jobs")
     assert status == 200
     assert '"id":"nightly/report"' in body
-    assert get("/cadence/jobs/nightly%2Freport")[0] == 200
-    assert get("/cadence/metrics")[0] == 200
-    assert post("/cadence/api/jobs/nightly%2Freport/pause") == 200
-    assert post("/cadence/api/jobs/nightly%2Freport/pause") == 409
+    assert get("/rota/jobs/nightly%2Freport")[0] == 200
+    assert get("/rota/metrics")[0] == 200
+    assert post("/rota/api/jobs/nightly%2Freport/pause") == 200
+    assert post("/rota/api/jobs/nightly%2Freport/pause") == 409
 
 
 def test_fastapi(kind: str) -> None:

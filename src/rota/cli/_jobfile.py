@@ -1,0 +1,523 @@
+"""Job files (TOML): parsing and validation, before anything runs or is stored.
+
+The keys are pinned in ``docs/cli.md``. Every error names the file, the job
+and the key, and is a :class:`JobFileError` (the command exits with status 2).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from rota._policy import Schedule
+from rota.durable import json_value, resolve_path
+from rota.misfire import Misfire
+from rota.overlap import MODES, Overlap
+from rota.report import local_zone
+from rota.retry import JITTERS, Backoff
+from rota.schedules import FixedRate, Once
+
+COMMAND = "rota.cli._command:run_command"
+"""The stored action of ``command`` jobs: importable wherever rota is installed."""
+
+JOB_KEYS = frozenset(
+    {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
+     "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
+     "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue"}
+)  # fmt: skip
+DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue"}
+HANDOFF = "rota.handoff:publish"
+"""The stored action of ``enqueue`` jobs (see :mod:`rota.handoff`)."""
+RECURRING_KEYS = frozenset({"misfire", "overlap", "end", "max_runs"})
+"""Keys a one-off (``at``) job has no use for: left out of the defaults it takes."""
+RETRY_KEYS = frozenset({"base", "cap", "jitter"})
+MISFIRES = {"catch_up": Misfire.CATCH_UP, "skip": Misfire.SKIP, "coalesce": Misfire.COALESCE}
+_UNITS = {"ms": 0.001, "s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|min|s|m|h|d)")
+
+
+class JobFileError(ValueError):
+    """A job file (or a command-line value) that cannot be used as it is."""
+
+
+def duration(value: object, what: str) -> float:
+    """Seconds from a number or ``"500ms"``, ``"15s"``, ``"5m"``, ``"2h"``, ``"1d"``, ``"1h30m"``.
+
+    Raises :class:`JobFileError` (naming ``what``) for anything else or for 0.
+    """
+    text = value.replace(" ", "") if isinstance(value, str) else None
+    parts = _DURATION.findall(text) if text else []
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif parts and "".join(n + u for n, u in parts) == text:
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    else:
+        raise JobFileError(f"{what}: {value!r} is not a duration (e.g. 90s, 5m, 1h30m, 1d)")
+    if not 0 < seconds < float("inf"):
+        raise JobFileError(f"{what}: {value!r} must be a positive duration")
+    return seconds
+
+
+def instant(value: object, what: str, zone: tzinfo | None = None) -> datetime:
+    """An aware datetime from ISO 8601 (a TOML datetime too); naive ones are in ``zone``."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise JobFileError(
+                f"{what}: {value!r} is not an ISO 8601 time (e.g. 2026-12-24T18:00:00+01:00)"
+            ) from None
+    if not isinstance(value, datetime):
+        raise JobFileError(f"{what}: {value!r} is not an ISO 8601 time")
+    if value.tzinfo is None:
+        if zone is None:
+            raise JobFileError(f"{what}: {value!r} has no UTC offset; add one (e.g. +01:00)")
+        value = value.replace(tzinfo=zone)
+    return value
+
+
+def zone(value: object, what: str) -> tzinfo:
+    """An IANA zone; :class:`JobFileError` for an unknown one."""
+    if not isinstance(value, str):
+        raise JobFileError(f"{what}: {value!r} is not a time zone name")
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise JobFileError(f"{what}: unknown time zone {value!r} (e.g. Europe/Berlin)") from None
+
+
+@dataclass
+class Job:
+    """One job of a file, validated: what the store is given."""
+
+    id: str
+    when: Schedule
+    action: str
+    args: list[Any] | None
+    kwargs: dict[str, Any] | None
+    zone: tzinfo
+    max_retries: int = 0
+    retry: Backoff | None = None
+    misfire: Misfire | None = None
+    timeout: float | None = None
+    on_failure: str | list[str] | None = None
+    ping: str | None = None
+    overlap: Overlap | None = None
+    deadline: float | None = None
+    jitter: float | None = None
+    end: datetime | None = None
+    max_runs: int | None = None
+
+    @property
+    def zone_name(self) -> str | None:
+        """The IANA name of :attr:`zone` (its ``tz``, or ``[defaults] tz``), or ``None``
+        when it is this machine's zone, which has no name to store."""
+        key = getattr(self.zone, "key", None)
+        return key if isinstance(key, str) else None
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments for ``DurableScheduler.ensure``/``Scheduler.schedule``."""
+        return {
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "max_retries": self.max_retries,
+            "retry": self.retry,
+            "misfire": self.misfire,
+            "overlap": self.overlap,
+            "deadline": self.deadline,
+            "jitter": self.jitter,
+            "end": self.end,
+            "max_runs": self.max_runs,
+        }
+
+
+def load(path: str | Path, *, imports: bool = True) -> list[Job]:
+    """Parse and validate a job file. :class:`JobFileError` names file, job and key.
+
+    ``call`` modules are looked for in the job file's directory first (it is put at
+    the head of ``sys.path``, as ``python -m rota`` run from there would), then on
+    the path. With ``imports`` (``run``) each is imported and its function checked
+    against the job's arguments; without (``plan``), a module is only found, never
+    imported: no code of the user's runs.
+    """
+    path = Path(path)
+    here = str(path.resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise JobFileError(f"{path}: cannot read it: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise JobFileError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"defaults", "jobs", "brokers"}
+    if unknown:
+        raise JobFileError(
+            f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults], [brokers] "
+            "and [[jobs]]"
+        )
+    brokers = _brokers(data.get("brokers", {}), f"{path}: [brokers]")
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise JobFileError(f"{path}: [defaults] must be a table")
+    bad = set(defaults) - DEFAULT_KEYS
+    if bad:
+        raise JobFileError(f"{path}: [defaults]: unknown keys {sorted(bad)}")
+    jobs = data.get("jobs", [])
+    if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+        raise JobFileError(f"{path}: jobs must be [[jobs]] tables")
+    seen: set[str] = set()
+    loaded = []
+    for index, raw in enumerate(jobs):
+        job_id = raw.get("id")
+        if not isinstance(job_id, str) or not job_id.strip() or not job_id.isprintable():
+            raise JobFileError(
+                f"{path}: job #{index + 1}: key 'id': a non-blank string of printable "
+                f"characters (no newline, no control character) is required, got {job_id!r}"
+            )
+        if job_id in seen:
+            raise JobFileError(f"{path}: job {job_id!r}: key 'id': used twice in the file")
+        seen.add(job_id)
+        loaded.append(_job(path, job_id, _merged(defaults, raw), imports, brokers))
+    return loaded
+
+
+def _brokers(table: object, where: str) -> set[str]:
+    """``[brokers]``: ``NAME = "redis://..."`` or ``NAME = { env = "VARIABLE" }`` (the
+    URL read from the environment, so the file need hold no password), each
+    registered for :mod:`rota.handoff` in this process (a node resolves a stored
+    job's broker by name). The names."""
+    from rota import handoff
+
+    if not isinstance(table, dict):
+        raise JobFileError(f"{where} must be a table of NAME = URL")
+    for name, value in table.items():
+        what = f"{where}: {name!r}"
+        if isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str):
+            url = os.environ.get(value["env"])
+            if not url:
+                raise JobFileError(f"{what}: ${value['env']} is not set")
+        elif isinstance(value, str):
+            url = value
+        else:
+            raise JobFileError(f'{what}: a URL or {{ env = "VARIABLE" }} is required')
+        try:
+            handoff.register_broker(name, url)
+        except ValueError as exc:
+            raise JobFileError(f"{what}: {exc}") from None
+    return set(table)
+
+
+def _command(
+    raw: dict[str, Any], timeout: float | None, key: Callable[[str], str]
+) -> tuple[str, list[Any], dict[str, Any] | None]:
+    """A ``command`` job's stored action, arguments and keyword arguments (``env``,
+    ``inherit_env`` and ``cwd`` only when given: a job stored before them stays as it
+    was). ``cwd`` is kept as written: a relative one is the node's working directory's
+    (each node runs the command where it runs, as cron does)."""
+    command = raw["command"]
+    if not (isinstance(command, str) and command.strip()) and not (
+        isinstance(command, list) and command and all(isinstance(a, str) for a in command)
+    ):
+        raise JobFileError(f"{key('command')}: a non-empty string or list of strings is required")
+    kwargs: dict[str, Any] = {}
+    if "env" in raw:
+        env = raw["env"]
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and k and "=" not in k and isinstance(v, str)
+            for k, v in env.items()
+        ):
+            raise JobFileError(f'{key("env")}: a table of NAME = "value" strings is required')
+        kwargs["env"] = env
+    if "inherit_env" in raw:
+        inherit = raw["inherit_env"]
+        if not isinstance(inherit, bool) and not (
+            isinstance(inherit, list) and all(isinstance(n, str) and n for n in inherit)
+        ):
+            raise JobFileError(
+                f"{key('inherit_env')}: true, false, or a list of variable names is required"
+            )
+        kwargs["inherit"] = inherit
+    if "cwd" in raw:
+        cwd = raw["cwd"]
+        if not isinstance(cwd, str) or not cwd:
+            raise JobFileError(f"{key('cwd')}: a directory (a non-empty string) is required")
+        kwargs["cwd"] = cwd
+    return COMMAND, [command, timeout], kwargs or None
+
+
+def _enqueue(
+    raw: dict[str, Any], key: Callable[[str], str], brokers: frozenset[str] | set[str]
+) -> tuple[str, None, dict[str, Any]]:
+    """An ``enqueue`` job: ``{ TARGET = "task.name", queue = "...", broker = "NAME" }``,
+    TARGET one of celery, rq, dramatiq, arq; the job's ``args``/``kwargs`` go to the
+    task. Its stored action is :data:`HANDOFF`, called with keyword arguments only.
+    ``broker`` defaults to the one ``[brokers]`` entry (or ``default``), and must be
+    declared there or in ``$ROTA_BROKER_<NAME>``."""
+    from rota import handoff
+
+    value, what = raw["enqueue"], key("enqueue")
+    targets = [t for t in handoff.TARGETS if isinstance(value, dict) and t in value]
+    if not isinstance(value, dict) or len(targets) != 1 or set(value) - {
+        *targets, "queue", "broker",
+    }:  # fmt: skip
+        raise JobFileError(
+            f'{what}: a table like {{ celery = "proj.tasks.report", queue = "reports", '
+            f'broker = "main" }} is required: one of {", ".join(handoff.TARGETS)}, and '
+            "optionally queue and broker"
+        )
+    broker = value.get("broker", next(iter(brokers)) if len(brokers) == 1 else "default")
+    try:
+        message = handoff.message(
+            targets[0], value[targets[0]], broker=broker, queue=value.get("queue"),
+            args=_json(raw.get("args", []), key("args"), list) or [],
+            kwargs=_json(raw.get("kwargs"), key("kwargs"), dict),
+        )  # fmt: skip
+        handoff.broker_url(broker)
+    except (TypeError, ValueError, handoff.HandoffError) as exc:
+        raise JobFileError(f"{what}: {exc}") from None
+    return HANDOFF, None, message
+
+
+def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
+    """A job's keys over the defaults; a default that does not apply to it is left out
+    (``misfire`` for a one-off, ``timeout`` for a ``call``, ``args`` for a ``command``)."""
+    merged = {**defaults, **raw}
+    unfit: set[str] = set()
+    if "at" in raw:
+        unfit |= RECURRING_KEYS
+    if "call" in raw or "enqueue" in raw:
+        unfit |= {"timeout", "env", "inherit_env", "cwd"}
+    if "command" in raw:
+        unfit |= {"args", "kwargs"}
+    for name in unfit - set(raw):
+        merged.pop(name, None)
+    return merged
+
+
+def _job(
+    path: Path,
+    job_id: str,
+    raw: dict[str, Any],
+    imports: bool = True,
+    brokers: frozenset[str] | set[str] = frozenset(),
+) -> Job:
+    """One job's keys (over the defaults), validated: its :class:`Job`."""
+    where = f"{path}: job {job_id!r}"
+
+    def key(name: str) -> str:
+        return f"{where}: key {name!r}"
+
+    unknown = set(raw) - JOB_KEYS
+    if unknown:
+        raise JobFileError(f"{where}: unknown keys {sorted(unknown)}")
+    tz = zone(raw["tz"], key("tz")) if "tz" in raw else local_zone()
+    kind = _one_of(raw, ("cron", "every", "at"), where)
+    if "start" in raw and kind != "every":
+        raise JobFileError(f"{key('start')}: only an 'every' job has a start")
+    when = _when(raw, kind, tz, key)
+    timeout = duration(raw["timeout"], key("timeout")) if "timeout" in raw else None
+    args: list[Any] | None
+    does = _one_of(raw, ("command", "call", "enqueue"), where)
+    if does == "command":
+        if "args" in raw or "kwargs" in raw:
+            raise JobFileError(f"{where}: 'args'/'kwargs' go with 'call', not 'command'")
+        action, args, kwargs = _command(raw, timeout, key)
+    elif does == "enqueue":
+        if "env" in raw or "inherit_env" in raw or "cwd" in raw or timeout is not None:
+            raise JobFileError(
+                f"{where}: 'env'/'inherit_env'/'cwd'/'timeout' go with 'command', not 'enqueue'"
+            )
+        action, args, kwargs = _enqueue(raw, key, brokers)
+    else:
+        if "env" in raw or "inherit_env" in raw or "cwd" in raw:
+            raise JobFileError(f"{where}: 'env'/'inherit_env'/'cwd' go with 'command', not 'call'")
+        action, args, kwargs = _call(raw, timeout, key, imports)
+    max_retries = raw.get("max_retries", 0)
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        raise JobFileError(f"{key('max_retries')}: {max_retries!r} is not an int >= 0")
+    retry = _retry(raw["retry"], key("retry")) if "retry" in raw else None
+    misfire = _misfire(raw["misfire"], key("misfire")) if "misfire" in raw else None
+    for name in sorted(RECURRING_KEYS & set(raw)):
+        if kind == "at":
+            raise JobFileError(f"{key(name)}: a one-off ('at') job has no slots to apply it to")
+    job = Job(job_id, when, action, args, kwargs, tz, max_retries, retry, misfire, timeout,
+              _on_failure(raw, key), _ping(raw, key))  # fmt: skip
+    if "overlap" in raw:
+        job.overlap = _overlap(raw["overlap"], key("overlap"), does)
+    if "deadline" in raw:
+        job.deadline = duration(raw["deadline"], key("deadline"))
+    if "jitter" in raw:
+        job.jitter = duration(raw["jitter"], key("jitter"))
+    if "end" in raw:
+        job.end = instant(raw["end"], key("end"), tz)
+    if "max_runs" in raw:
+        max_runs = raw["max_runs"]
+        if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 1:
+            raise JobFileError(f"{key('max_runs')}: {max_runs!r} is not an int >= 1")
+        job.max_runs = max_runs
+    return job
+
+
+def _overlap(value: Any, what: str, does: str) -> Overlap:
+    """``overlap``: the name of an overlap policy, or ``{ allow = N }``; ``"replace"``
+    only for a ``command`` job (``does``), whose process group is what can be stopped."""
+    if isinstance(value, str) and value == "replace" and does != "command":
+        raise JobFileError(
+            f"{what}: 'replace' stops the run in flight, and only a 'command' job's run "
+            f"can be stopped (its process group), not a {does!r} job's; use "
+            '"skip", "buffer" or { allow = N }'
+        )
+    if isinstance(value, dict) and set(value) == {"allow"}:
+        limit = value["allow"]
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise JobFileError(f"{what}: allow = {limit!r} is not an int >= 1")
+        return Overlap.allow(limit)
+    if isinstance(value, str) and value in MODES:
+        return Overlap.named(value)
+    raise JobFileError(f"{what}: {value!r} is not one of buffer, skip, replace, {{ allow = N }}")
+
+
+def _on_failure(raw: dict[str, Any], key: Callable[[str], str]) -> str | list[str] | None:
+    """``on_failure``: a command (argv list, or a string for the shell), or absent."""
+    if "on_failure" not in raw:
+        return None
+    command = raw["on_failure"]
+    if (isinstance(command, str) and command.strip()) or (
+        isinstance(command, list) and command and all(isinstance(a, str) for a in command)
+    ):
+        return command
+    raise JobFileError(f"{key('on_failure')}: a non-empty string or list of strings is required")
+
+
+def _ping(raw: dict[str, Any], key: Callable[[str], str]) -> str | None:
+    """``ping``: an http(s) URL (healthchecks.io style: ``/start``, ``/fail`` appended)."""
+    if "ping" not in raw:
+        return None
+    url = raw["ping"]
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise JobFileError(f"{key('ping')}: an http:// or https:// URL is required, got {url!r}")
+    return url
+
+
+def _one_of(raw: dict[str, Any], names: tuple[str, ...], where: str) -> str:
+    """The one key of ``names`` the job gives; :class:`JobFileError` for none or several."""
+    given = [name for name in names if name in raw]
+    if len(given) != 1:
+        choices = ", ".join(f"'{name}'" for name in names)
+        raise JobFileError(f"{where}: give exactly one of {choices} (got {given or 'none'})")
+    return given[0]
+
+
+def _call(
+    raw: dict[str, Any], timeout: float | None, key: Callable[[str], str], imports: bool
+) -> tuple[str, list[Any] | None, dict[str, Any] | None]:
+    """A ``call`` job's stored action (its import path, checked to import and to take
+    the arguments given, or with ``imports`` false only found), arguments and keyword
+    arguments. The function is called with exactly the ``args`` and ``kwargs`` the job
+    gives (none: no argument), and ``run=`` (a ``rota.RunContext``) if it declares
+    a keyword-only parameter ``run``."""
+    action = raw["call"]
+    if not isinstance(action, str) or ":" not in action:
+        raise JobFileError(f"{key('call')}: {action!r} is not 'package.module:function'")
+    args = _json(raw.get("args", []), key("args"), list)
+    kwargs = _json(raw.get("kwargs"), key("kwargs"), dict)
+    if timeout is not None:
+        raise JobFileError(f"{key('timeout')}: only a 'command' job can be killed on timeout")
+    module = action.partition(":")[0]
+    if (
+        not imports
+        and module not in sys.modules
+        and (module.partition(".")[0] not in sys.stdlib_module_names)
+    ):  # a module of the user's: found, not run (the standard library's runs nothing new)
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as exc:  # a parent package missing, or broken
+            raise JobFileError(f"{key('call')}: cannot import {action!r}: {exc!r}") from None
+        if found is None:
+            raise JobFileError(f"{key('call')}: cannot import {action!r}: no module {module!r}")
+        return action, args, kwargs
+    try:
+        function = resolve_path(action)
+    except Exception as exc:
+        raise JobFileError(f"{key('call')}: cannot import {action!r}: {exc!r}") from None
+    if not callable(function):
+        raise JobFileError(f"{key('call')}: {action!r} is not callable")
+    _check_call(function, args, kwargs, key("call"))
+    return action, args, kwargs
+
+
+def _when(raw: dict[str, Any], kind: str, tz: tzinfo, key: Any) -> Schedule:
+    if kind == "every":
+        period = duration(raw["every"], key("every"))
+        if "start" in raw:
+            return FixedRate(period, start=instant(raw["start"], key("start"), tz))
+        return FixedRate(period, delay=period)
+    if kind == "at":
+        return Once(at=instant(raw["at"], key("at"), tz))
+    expression = raw["cron"]
+    if not isinstance(expression, str):
+        raise JobFileError(f"{key('cron')}: {expression!r} is not a cron expression string")
+    try:
+        from rota.cron import Cron
+    except ImportError:
+        raise JobFileError(
+            f"{key('cron')}: cron needs the cron extra: pip install 'rota[cron]'"
+        ) from None
+    try:
+        return Cron(expression, tz=tz)
+    except ValueError as exc:
+        raise JobFileError(f"{key('cron')}: {exc}") from None
+
+
+def _json(value: Any, what: str, kind: type) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, kind):
+        raise JobFileError(f"{what}: must be a {'list' if kind is list else 'table'}")
+    try:
+        return json_value(what, value)
+    except TypeError as exc:
+        raise JobFileError(str(exc)) from None
+
+
+def _check_call(function: Any, args: Any, kwargs: Any, what: str) -> None:
+    from rota._calls import prepare
+
+    try:
+        prepare(function, args, kwargs)
+    except TypeError as exc:
+        raise JobFileError(f"{what}: {exc}") from None
+
+
+def _retry(value: Any, what: str) -> Backoff:
+    if not isinstance(value, dict):
+        raise JobFileError(f'{what}: must be a table like {{ base = "1s", cap = "1m" }}')
+    unknown = set(value) - RETRY_KEYS
+    if unknown:
+        raise JobFileError(f"{what}: unknown keys {sorted(unknown)}")
+    jitter = value.get("jitter", "none")
+    if jitter not in ("none", *JITTERS):
+        raise JobFileError(f"{what}: jitter {jitter!r} is not one of none, {', '.join(JITTERS)}")
+    base = duration(value.get("base", 1), f"{what}.base")
+    cap = duration(value["cap"], f"{what}.cap") if "cap" in value else None
+    return Backoff(base, cap=cap, jitter=None if jitter == "none" else jitter)
+
+
+def _misfire(value: Any, what: str) -> Misfire:
+    if isinstance(value, str) and value in MISFIRES:
+        return MISFIRES[value]
+    if isinstance(value, dict) and set(value) == {"bounded"}:
+        k = value["bounded"]
+        if isinstance(k, int) and not isinstance(k, bool) and k >= 0:
+            return Misfire.bounded(k)
+    raise JobFileError(f"{what}: {value!r} is not catch_up, skip, coalesce or {{ bounded = N }}")

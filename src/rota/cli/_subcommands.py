@@ -1,0 +1,384 @@
+"""The command's subcommands: ``plan``, ``run``, ``status``, ``history`` and the
+controls, each ``(args) -> exit status``; :class:`CliError` stops one with a status
+and a message. The parser that dispatches to them is in ``rota.cli``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rota._types import FINISHED
+from rota.cli._jobfile import duration, instant, load, zone
+from rota.report import (
+    history_entry,
+    job_zone,
+    local_zone,
+    printable,
+    ran_at,
+    status_entry,
+    time_shown,
+)
+from rota.store import StoreError, open_store, redacted
+
+if TYPE_CHECKING:
+    from rota.durable import DurableScheduler, Entry
+
+DEFAULT_STORE = "sqlite:///rota.db"
+
+
+class CliError(Exception):
+    """Stop the command with an exit status and a message for stderr."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _scheduler(url: str, *, create: bool = False) -> Any:
+    """The scheduler over the store ``url`` names. Only ``run`` creates a store: the
+    other subcommands refuse one that does not exist (exit 2), so a typo or the wrong
+    directory cannot report an empty schedule as if all were well."""
+    from rota.durable import DurableScheduler
+
+    try:
+        return DurableScheduler(open_store(url, create=create))
+    except StoreError as exc:
+        raise CliError(2, f"--store {redacted(url)}: {exc}") from None
+    except Exception as exc:  # e.g. sqlite3.OperationalError: unable to open database file
+        raise CliError(2, f"--store {redacted(url)}: {exc}") from None
+
+
+def _zone(name: str | None) -> tzinfo | None:
+    """``--tz``: the zone every time is shown in, or ``None`` (each job's own)."""
+    return None if name is None else zone(name, "--tz")
+
+
+def _when(value: str, base: float, what: str) -> float:
+    """``now``, ``+DURATION`` (after ``base``), ``-DURATION`` (before ``base``) or an ISO
+    8601 time, as epoch seconds."""
+    if value == "now":
+        return time.time()
+    if value.startswith("+"):
+        return base + duration(value[1:], what)
+    if value.startswith("-"):
+        return base - duration(value[1:], what)
+    return instant(value, what, local_zone()).timestamp()
+
+
+# -- plan ----------------------------------------------------------------------
+
+
+def _plan_command(args: argparse.Namespace) -> int:
+    from rota.cli._plan import plan
+
+    jobs = load(args.jobfile, imports=False)  # plan runs no code of the user's
+    start = _when(args.start, time.time(), "--from")
+    until = _when(args.until, start, "--until")
+    if until < start:
+        raise CliError(2, f"--until {args.until!r} is before --from {args.start!r}")
+    shown = None if args.tz is None else zone(args.tz, "--tz")
+    runs, cut = plan(jobs, start, until)
+    if args.json:
+        print(json.dumps([
+            {"job": job.id, "at": at,
+             "time": datetime.fromtimestamp(at, shown or job.zone).isoformat(),
+             **({"starts": starts} if job.jitter else {})}
+            for job, at, starts in runs
+        ]))  # fmt: skip
+    else:
+        for job, at, starts in runs:
+            late = "  (late: runs at once)" if at < start else ""
+            if job.jitter and starts > at:
+                late += f"  (starts {time_shown(starts, shown or job.zone)}: jitter)"
+            print(f"{time_shown(at, shown or job.zone)}  {job.id}{late}")
+        sys.stdout.flush()
+        tz = shown or local_zone()
+        window = f"{time_shown(start, tz)} .. {time_shown(until, tz)}"
+        print(f"{len(runs)} runs of {len(jobs)} jobs in {window}", file=sys.stderr)
+    if cut:
+        print(f"rota: stopped after {len(runs)} runs; narrow the window", file=sys.stderr)
+    return 0
+
+
+# -- run -----------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rota.cli._serve import serve
+
+    listen = None if args.web is None else _listen(args.web, "--web", args.token)
+    jobs = load(args.jobfile)
+    grace = duration(args.grace, "--grace")
+    if args.workers < 1:
+        raise CliError(2, f"--workers must be >= 1, got {args.workers}")
+    sched = _scheduler(args.store, create=True)
+    live = args.live == "yes" or (args.live == "auto" and sys.stderr.isatty())
+    owner = str(Path(args.jobfile).resolve())
+    return serve(sched, jobs, owner=owner, workers=args.workers, grace=grace, live=live,
+                 reload=lambda: load(args.jobfile), web=listen, token=args.token)  # fmt: skip
+
+
+# -- web -----------------------------------------------------------------------
+
+
+def _listen(value: str, what: str, token: str | None) -> tuple[str, int]:
+    """``HOST:PORT`` to serve the dashboard on; refused (exit 2) if the web extra is
+    missing, if it is not an address, or if it is not loopback and there is no token."""
+    try:
+        from rota.web import is_loopback, listen_address
+    except ImportError as exc:
+        raise CliError(2, f"{what}: the dashboard needs the web extra: "
+                          f"pip install 'rota[web]' ({exc})") from None  # fmt: skip
+    try:
+        host, port = listen_address(value)
+    except ValueError as exc:
+        raise CliError(2, f"{what}: {exc}") from None
+    if token is None and not is_loopback(host):
+        raise CliError(2, (
+            f"{what} {value}: not a loopback address, and no --token (or ROTA_TOKEN): "
+            "anyone who can reach it could pause, trigger and cancel jobs; give a token, "
+            "or serve on 127.0.0.1 behind your own proxy"
+        ))  # fmt: skip
+    return host, port
+
+
+def bind(app: Any, host: str, port: int, what: str) -> Any:
+    """A :class:`rota.web.Server` bound to ``host:port`` (exit 2 if it cannot be);
+    its URL printed on stderr, once it listens."""
+    from rota.web import Server
+
+    try:
+        server = Server(app, host, port)
+    except OSError as exc:
+        raise CliError(2, f"{what} {host}:{port}: {exc.strerror or exc}") from None
+    print(f"rota: dashboard at {server.url}", file=sys.stderr, flush=True)
+    return server
+
+
+def _web(args: argparse.Namespace) -> int:
+    """``rota web``: the dashboard, API and /metrics for a store, running no jobs."""
+    host, port = _listen(args.listen, "--listen", args.token)
+    from rota.web import asgi_app
+
+    sched = _scheduler(args.store)
+    server = bind(asgi_app(sched, token=args.token, runs=False), host, port, "--listen")
+    server.run()
+    return 0
+
+
+# -- status, history, control ---------------------------------------------------
+
+
+def _status(args: argparse.Namespace) -> int:
+    sched = _scheduler(args.store)
+    entries = [status_entry(entry) for entry in _listing(sched)]
+    if args.json:
+        print(json.dumps(entries))
+        return 0
+    override = _zone(args.tz)
+    print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':30} LAST RUN")
+    for e in entries:
+        tz = job_zone(e["zone"], override)
+        status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
+        notes = [] if e["last"] is None else [f"{e['last']} ({time_shown(e['last_started'], tz)})"]
+        if e["unreadable"]:
+            notes.append(f"cannot be read here: {e['unreadable']}")
+        last = "; ".join(notes) or "-"
+        print(f"{e['id']:24} {status:10} {time_shown(e['next'], tz):30} {last}")
+    return 0
+
+
+PAGE = 10_000
+"""Rows ``rota status`` reads per query."""
+
+
+def _listing(sched: DurableScheduler) -> Iterator[Entry]:
+    """Every stored task with its latest outcome, by id: one query per :data:`PAGE`."""
+    after = None
+    while True:
+        page = sched.listing(after=after, limit=PAGE)
+        yield from page
+        if len(page) < PAGE:
+            return
+        after = str(page[-1].info.task_id)
+
+
+def _history(args: argparse.Namespace) -> int:
+    sched = _scheduler(args.store)
+    if sched.status(args.id) is None:
+        raise CliError(1, f"no task {args.id!r} in {redacted(args.store)}")
+    if args.limit < 1:
+        raise CliError(2, f"--limit must be >= 1, got {args.limit}")
+    outcomes = sched.history(args.id, args.limit)
+    if args.json:
+        print(json.dumps([history_entry(o) for o in outcomes]))
+        return 0
+    from rota.durable import zone_of
+
+    row = sched.store.get(args.id)
+    tz = job_zone(None if row is None else zone_of(row), _zone(args.tz))
+    for o in outcomes:
+        took = (
+            "" if o.started is None
+            else f", started {time_shown(o.started, tz)}, took {o.finished - o.started:.2f}s"
+        )  # fmt: skip
+        skipped = f", {o.skipped} skipped before" if o.skipped else ""
+        print(f"{time_shown(o.at, tz)}  {o.result:9} attempt {o.attempt}{took}{skipped}")
+        for text in (o.error, o.value):
+            if text:
+                for line in text.strip().splitlines()[-10:]:
+                    print(f"    {line}")
+    return 0
+
+
+def _control(args: argparse.Namespace) -> int:
+    sched = _scheduler(args.store)
+    if sched.status(args.id) is None:
+        raise CliError(1, f"no task {args.id!r} in {redacted(args.store)}")
+    if not getattr(sched, args.operation)(args.id):
+        raise CliError(
+            1, f"{args.operation} {args.id!r}: {_why_not(sched, args.operation, args.id)}"
+        )
+    print(f"{args.operation}: {args.id}", file=sys.stderr)
+    return 0
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    """``rota backfill ID --from WHEN [--until WHEN]``: queue the task's slots of a
+    past window in the store (a running node runs them); exit 1 for an unknown or
+    finished task, 2 for a bad window or a schedule without slots."""
+    sched = _scheduler(args.store)
+    now = time.time()
+    start = _when(args.start, now, "--from")
+    until = _when(args.until, now, "--until")
+    if until < start:
+        raise CliError(2, f"--until {args.until!r} is before --from {args.start!r}")
+    status = sched.status(args.id)
+    if status is None:
+        raise CliError(1, f"no task {args.id!r} in {redacted(args.store)}")
+    if status in FINISHED:
+        raise CliError(1, f"backfill {args.id!r}: it is finished ({status})")
+    try:
+        queued = sched.backfill(args.id, start, until)
+    except ValueError as exc:
+        raise CliError(2, f"backfill {args.id!r}: {exc}") from None
+    tz = local_zone()
+    print(
+        f"backfill: {args.id}: {queued} slots queued in {time_shown(start, tz)} .. "
+        f"{time_shown(until, tz)} (slots already recorded or still ahead are not)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _why_not(sched: DurableScheduler, operation: str, task_id: str) -> str:
+    """What is true of a task that a control command does not apply to."""
+    info = sched.info(task_id)
+    status = "unknown" if info is None else str(info.status)
+    if status == "cancelled" and operation == "resume":
+        return (
+            "it was cancelled, and a cancelled job does not resume: change its definition "
+            "in its job file and reload the file (SIGHUP, or restart rota run), or "
+            "schedule it again"
+        )
+    if status in ("done", "failed", "cancelled"):
+        return f"it is finished ({status})"
+    if operation == "pause":
+        return "it is paused already"
+    if operation == "resume":
+        return "it is not paused"
+    if info is not None and info.paused:  # trigger
+        return "it is paused: a paused job is not triggered; resume it first"
+    return f"a run of it is {status} now; trigger it once that run ended"
+
+
+GRACE = 60.0
+"""Seconds past its time before a job counts as overdue, at least (``check``)."""
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``rota check``: 0 when every job is healthy, 1 when one's last run failed or
+    one is overdue (no node runs it), 2 when the store cannot be read."""
+    sched = _scheduler(args.store)
+    own = sched.store.now()
+    now = time.time() if own is None else own
+    problems = []
+    try:
+        for entry in _listing(sched):
+            problem = _problem(sched, entry, now)
+            if problem is not None:
+                problems.append({"id": str(entry.info.task_id), "problem": problem[0],
+                                 "detail": problem[1]})  # fmt: skip
+    except StoreError as exc:
+        raise CliError(2, f"--store {redacted(args.store)}: {exc}") from None
+    if args.json:
+        print(json.dumps(problems))
+    else:
+        for p in problems:
+            print(f"{printable(p['id'])}: {p['problem']}: {p['detail']}")
+        if not problems:
+            print("all jobs healthy", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, str] | None:
+    """``(problem, detail)`` for an unhealthy job, or ``None``: its last run failed for
+    good, or its run is overdue past :func:`_grace` (no node is running it)."""
+    info, last, unreadable, zone_name = entry.info, entry.last, entry.unreadable, entry.zone
+    tz = job_zone(zone_name)
+    if last is not None and last.result == "failed":
+        error = (last.error or "failed").strip().splitlines()
+        first = error[0] if error else ""
+        return "failed", f"its run at {time_shown(ran_at(last), tz)} failed: {first}"
+    status = str(info.status)
+    if status in ("done", "failed", "cancelled") or info.paused:
+        return None
+    if unreadable:
+        return "overdue", f"its stored row cannot be read here ({unreadable})"
+    if status == "scheduled" and info.next_run_time is not None:
+        late = now - info.next_run_time
+        if late > _grace(info.schedule, info.next_run_time):
+            return "overdue", (
+                f"its run at {time_shown(info.next_run_time, tz)} is {late:.0f}s late: "
+                "no node is running it"
+            )
+        return None
+    row = sched.store.get(str(info.task_id))  # queued or running: is its lease alive?
+    if row is not None and row.lease_until is not None:
+        late = now - row.lease_until
+        if late > _grace(info.schedule, row.due):
+            return "overdue", (
+                f"its run at {time_shown(row.due, tz)} was claimed by {row.owner}, whose lease "
+                f"ran out {late:.0f}s ago: no node is running it"
+            )
+    return None
+
+
+def _grace(schedule: object, due: float) -> float:
+    """How late a run may be before its job is overdue: a minute, or one period of its
+    schedule if longer."""
+    period = getattr(schedule, "period", None)
+    if period is None and schedule is not None and hasattr(schedule, "start"):
+        try:
+            cursor = schedule.start(due)
+            first = cursor.next(due)
+            second = None if first is None else cursor.next(first)
+            if first is not None and second is not None:
+                period = second - first
+        except Exception:  # a schedule this rota cannot step: the minute holds
+            period = None
+    return max(GRACE, float(period or 0))
+
+
+def _import_crontab(args: argparse.Namespace) -> int:
+    """``rota import-crontab FILE``: the equivalent job file, on stdout."""
+    from rota.cli._crontab import convert
+
+    sys.stdout.write(convert(args.crontab))
+    return 0

@@ -1,0 +1,419 @@
+"""Stored rows and the engine: one implementation of every scheduling decision.
+
+A durable scheduler never decides anything itself. To claim, complete,
+cancel, pause, resume or reschedule a stored task it rebuilds the task from
+its row (:func:`restore`: a :class:`Held` task adopted by an engine of its
+own), applies the very engine operation the in-memory scheduler applies,
+and stores what the task became (:func:`dump`). Retries and backoff,
+misfire handling, fixed-rate slots, cron, pause and the statuses are
+therefore the engine's, whether a task lives in memory or in a database.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections import deque
+from typing import Any
+
+from rota._engine import WINDOWS, Engine, Task, run_state
+from rota._policy import Plan, RetryPolicy, Schedule, jitter_offset
+from rota._scheduler import OVERLAP_ATTRIBUTES
+from rota._types import FINISHED, Action, RunCancelled, RunOutcome, Status, Time
+from rota.store import OutcomeRow, TaskRow
+
+from . import _codec
+
+RUNNING, SCHEDULED = Status.RUNNING, Status.SCHEDULED
+
+
+class Held(Task):
+    """A task rebuilt from its row, adopted by an engine of its own.
+
+    ``row`` is the row it was rebuilt from; ``adopted`` its entry at
+    adoption (a different entry afterwards means the engine queued a new
+    run); ``until`` the end of its lease as this node last renewed it;
+    ``lost``/``cancelled`` what the heartbeat learned about it meanwhile.
+    """
+
+    __slots__ = ("adopted", "cancelled", "engine", "lost", "row", "until")
+
+    engine: Engine
+    row: TaskRow
+    adopted: Any
+    until: Time
+    lost: bool
+    cancelled: bool
+
+    @property
+    def fence(self) -> int:
+        """The fencing token of the lease this run is held under."""
+        return self.row.fence
+
+
+def restore(
+    row: TaskRow,
+    action: Action,
+    status: Status | None = None,
+    *,
+    again: bool = False,
+    engine: Engine | None = None,
+) -> Held:
+    """Rebuild the task a row describes, in ``status`` (default: the row's), adopted
+    by ``engine`` (an engine of one task that knows none now: see
+    :meth:`~rota._engine.Engine.reset`), or a new one. O(1); a concurrent task
+    (``Overlap.allow(n)``, ``REPLACE``) is rebuilt with its runs in flight, due again
+    with ``again`` (see :meth:`~rota._engine.Engine.adopt_runs`): O(runs).
+
+    Raises what decoding a stored spec raises (:class:`~rota.store.StoreError`
+    for an unknown kind, ``ImportError`` for a ``retry_on`` type no longer there).
+    """
+    spec, state = row.spec, row.state
+    schedule, retry, retry_on, controlled = _policies(row)
+    stored = state["cursor"]
+    cursor = None if stored is None else schedule.resume(stored[0])  # type: ignore[attr-defined]
+    plan = Plan(cursor, spec["max_retries"], retry, spec["misfire"], row.priority)
+    plan.retry_on = retry_on
+    plan.schedule = schedule
+    plan.paused = row.paused
+    plan.backlog = deque(state["backlog"]) if state["backlog"] else None
+    plan.attempt = state["attempt"]
+    plan.skipped = state["skipped"]
+    plan.last_delay = state["last_delay"]
+    plan.rescheduled = state["rescheduled"]
+    plan.slot = state["slot"]
+    plan.first_at = state["first_at"]
+    if controlled or (len(state) > BASE_STATE and CONTROL_STATE.intersection(state)):
+        _controls(plan, spec, state)
+    elif row.paused:
+        plan.extra = True  # (a misfire policy sets it when the plan is made)
+    task = Held.__new__(Held)
+    task.action = action
+    task.status = status or Status(row.status)
+    task.entry = (row.due, -1, row.task_id)
+    task.plan = plan
+    task.last = task.value = None
+    task.row = row
+    task.until = row.lease_until if row.lease_until is not None else 0
+    task.lost = task.cancelled = False
+    # claims in time order across the store: one task an engine (see Engine.claim)
+    task.engine = Engine(1, follow_moves=False) if engine is None else engine
+    if plan.concurrent:
+        _adopt_concurrent(task, plan, state, again)
+    else:
+        task.engine.adopt(task, row.due)
+    task.adopted = task.entry
+    return task
+
+
+Policies = tuple[Schedule, RetryPolicy, _codec.StoredTypes | None, bool]
+"""A stored spec's schedule, retry policy and ``retry_on``, and whether it sets a
+scheduling control (:data:`CONTROLS`)."""
+
+_POLICIES: dict[str, Policies] = {}
+
+
+def _policies(row: TaskRow) -> Policies:
+    """The policies ``row``'s spec names: one tuple per distinct spec text as stored
+    (specs are replaced, never changed in place, and policies are immutable), so a
+    claim of a task whose spec was read before decodes none of them again (about
+    10,000 instructions a claim, measured). O(1) then; else O(size of the spec).
+    Raises what decoding them raises (see :func:`restore`)."""
+    raw = row.spec_text
+    if raw is None or raw[0] is not row.spec:  # (a row built here, or a spec replaced)
+        return _policies_of(row.spec)
+    found = _POLICIES.get(raw[1])
+    if found is None:
+        if len(_POLICIES) >= CACHED_SPECS:
+            _POLICIES.clear()
+        found = _POLICIES[raw[1]] = _policies_of(row.spec)
+    return found
+
+
+CACHED_SPECS = 1024
+"""The most spec texts whose policies are kept (the cache starts over past that)."""
+
+
+def _policies_of(spec: dict[str, Any]) -> Policies:
+    return (
+        _codec.schedule_from(spec["schedule"]),
+        _codec.retry_from(spec["retry"]),
+        _codec.retry_on_from(spec["retry_on"]),
+        bool(CONTROLS.intersection(spec)),
+    )
+
+
+def _adopt_concurrent(task: Held, plan: Plan, state: dict[str, Any], again: bool) -> None:
+    """Adopt a concurrent task: its entry is its next run (``next``, when the row's due
+    time is a run's retry instead), its runs beside it; it is running while any is."""
+    flying = state.get("flying") or ()
+    if task.status not in FINISHED:
+        task.status = RUNNING if flying else SCHEDULED
+    task.engine.adopt(task, state.get("next", task.row.due))
+    task.engine.adopt_runs(task, list(flying), again=again)
+
+
+CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs"})
+"""The spec keys of the scheduling controls, stored only when set (rows written
+before them, or by tasks that use none, have none)."""
+CONTROL_STATE = frozenset(
+    {"runs", "nominal", "extra_runs", "extras", "skips", "pending", "windows", "flying"}
+)
+"""The state keys the controls keep, stored only when set."""
+
+
+def _controls(plan: Plan, spec: dict[str, Any], state: dict[str, Any]) -> None:
+    """Set a restored plan's scheduling controls from its spec and state."""
+    _apply_spec(plan, spec)
+    plan.runs = state.get("runs", 0)
+    plan.nominal = state.get("nominal")
+    plan.extra_runs = state.get("extra_runs", 0)
+    plan.extras = state.get("extras")
+    plan.skips = state.get("skips")
+    windows = state.get("windows")
+    if windows:
+        plan.windows = deque(((start, end) for start, end in windows), maxlen=WINDOWS)
+    pending = state.get("pending")
+    if pending:
+        probe = Plan()
+        _apply_spec(probe, pending)
+        plan.pending = {name: getattr(probe, name) for name in _attributes(pending)}
+    plan.held = state.get("held", False)
+    ended = state.get("ended")
+    plan.ended = None if ended is None else Status(ended)
+    plan.extra = plan.uses_controls()
+
+
+def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
+    """Set the plan attributes a spec (or a spec fragment) names."""
+    for key, value in spec.items():
+        if key == "overlap":
+            plan.overlap_skip = value == "skip"
+            plan.replace = value == "replace"
+            plan.limit = value["allow"] if isinstance(value, dict) else 1
+            plan.concurrent = plan.replace or plan.limit > 1
+        elif key == "max_retries":
+            plan.max_retries = value
+        elif key == "retry":
+            plan.retry = _codec.retry_from(value)
+        elif key == "retry_on":
+            plan.retry_on = _codec.retry_on_from(value)
+        elif key in ("misfire", "deadline", "jitter", "end", "max_runs", "priority"):
+            setattr(plan, key, value)
+
+
+_ATTRIBUTES = {"overlap": ("overlap_skip", *OVERLAP_ATTRIBUTES)}
+
+
+def _attributes(spec: dict[str, Any]) -> list[str]:
+    """The plan attributes a spec fragment sets."""
+    return [name for key in spec for name in _ATTRIBUTES.get(key, (key,))]
+
+
+def spec_of(found: dict[str, object]) -> dict[str, Any]:
+    """Plan attributes (what :func:`rota._scheduler.changes` gives) as the spec
+    fragment that stores them; ``priority`` included (a column, not in the spec).
+    Raises ``TypeError`` for a retry policy or ``retry_on`` a store cannot keep."""
+    fragment: dict[str, Any] = {}
+    for name, value in found.items():
+        if name == "overlap_skip":  # the policy, from it and OVERLAP_ATTRIBUTES
+            probe = Plan()
+            probe.overlap_skip = bool(value)
+            for attribute in OVERLAP_ATTRIBUTES:
+                if attribute in found:
+                    setattr(probe, attribute, found[attribute])
+            fragment["overlap"] = overlap_spec(probe)
+        elif name in OVERLAP_ATTRIBUTES:
+            continue
+        elif name == "retry":
+            fragment["retry"] = _codec.retry_spec(value, 1)  # type: ignore[arg-type]
+        elif name == "retry_on":
+            stored = value.paths if isinstance(value, _codec.StoredTypes) else None
+            fragment["retry_on"] = (
+                sorted(stored) if stored is not None else _codec.retry_on_spec(value)
+            )
+        else:
+            fragment[name] = value
+    return fragment
+
+
+def state_of(plan: Plan) -> dict[str, Any]:
+    """A plan's run state as stored: cursor position, retries, backlog, skips (and,
+    for a task with scheduling controls, what they keep)."""
+    cursor = plan.cursor
+    state: dict[str, Any] = {
+        "cursor": None if cursor is None else [cursor.state()],  # type: ignore[attr-defined]
+        "slot": plan.slot,
+        "first_at": plan.first_at,
+        "attempt": plan.attempt,
+        "last_delay": plan.last_delay,
+        "backlog": None if not plan.backlog else list(plan.backlog),
+        "skipped": plan.skipped,
+        "rescheduled": plan.rescheduled,
+    }
+    if plan.extra or plan.skips:
+        for key, value in (
+            ("runs", plan.runs), ("nominal", plan.nominal), ("extra_runs", plan.extra_runs),
+            ("extras", plan.extras), ("skips", plan.skips),
+            ("windows", None if not plan.windows else [list(w) for w in plan.windows]),
+            ("pending", None if not plan.pending else spec_of(plan.pending)),
+            ("flying", None if not plan.flying else [run_state(r) for r in plan.flying]),
+            ("held", plan.held), ("ended", None if plan.ended is None else str(plan.ended)),
+        ):  # fmt: skip
+            if value:
+                state[key] = value
+    return state
+
+
+BASE_STATE = len(state_of(Plan()))
+"""How many keys the state of a task without controls has: every stored state has
+them, and only a state with more can hold a control's."""
+
+
+def overlap_spec(plan: Plan) -> object:
+    """A plan's overlap policy as a spec stores it (``None``: the default, BUFFER)."""
+    if plan.replace:
+        return "replace"
+    if plan.concurrent:
+        return {"allow": plan.limit}
+    return "skip" if plan.overlap_skip else None
+
+
+def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
+    """The row for what ``task`` became, and whether its run was queued anew.
+
+    The lease (owner, expiry, expiries) is kept with ``keep_lease`` while a
+    run is still in flight, and cleared otherwise. O(1).
+    """
+    plan = task.plan
+    assert plan is not None
+    old = task.row
+    state = state_of(plan)
+    due = task.entry[0]
+    if plan.concurrent:  # its lease is kept while any run of it is in flight
+        keep_lease = bool(plan.flying)
+        head = task.engine.next_time()  # its next run or a run's retry, if either may start
+        if keep_lease and (head is None or head != due):
+            state["next"] = due
+            if head is None:
+                state["full"] = True  # nothing may start before a run in flight ends
+            else:
+                due = head
+    spec = old.spec  # specs are replaced, never changed in place: shared, with its JSON
+    pending = old.state.get("pending")
+    if pending and not plan.pending:  # the changes that waited for the run now apply
+        spec = {**spec, **{k: v for k, v in pending.items() if k != "priority"}}
+    row = TaskRow(
+        old.task_id,
+        old.action,
+        spec,
+        state,
+        str(task.status),
+        plan.paused,
+        due,
+        plan.priority,
+        old.seq,
+        old.fence,
+        old.owner if keep_lease else None,
+        old.lease_until if keep_lease else None,
+        old.expiries if keep_lease else 0,
+        spec_text=old.spec_text,
+    )
+    requeued = task.status is Status.SCHEDULED and task.entry is not task.adopted
+    return row, requeued
+
+
+def slot_of(row: TaskRow) -> Time:
+    """The slot of a row's current run: its idempotency key is ``f"{task_id}@{slot!r}"``."""
+    state = row.state
+    if state["attempt"]:
+        first: Time = state["first_at"]
+        return first
+    nominal: Time | None = state.get("nominal")
+    if nominal is not None:
+        return nominal
+    # (a concurrent task's row is due at a run's retry before its next slot, kept apart)
+    nxt: Time = state.get("next", row.due)
+    return nxt
+
+
+def outcome_row(
+    row: TaskRow, outcome: RunOutcome, finished: Time, slot: Time | None = None
+) -> OutcomeRow:
+    """The stored record of a run of ``row``'s current slot (or of ``slot``, a
+    concurrent task's run)."""
+    error = outcome.error
+    text = None if error is None else "".join(traceback.format_exception_only(error)).strip()
+    value = outcome.value
+    return new_tuple(  # an OutcomeRow
+        OutcomeRow,
+        (
+            row.task_id,
+            slot_of(row) if slot is None else slot,
+            outcome.attempt,
+            row.fence,
+            outcome.at,
+            "cancelled" if isinstance(error, RunCancelled) else str(outcome.result),
+            text,
+            outcome.started,
+            finished,
+            outcome.skipped,
+            row.owner,
+            None if value is None else _value_text(value),
+            None if not outcome.skipped else OutcomeRow.skips_text(outcome.skipped_by),
+        ),
+    )
+
+
+new_tuple = tuple.__new__
+"""How the hot paths build a named tuple from a tuple of all its fields: in C, where
+calling the class runs its ``__new__``, a Python function (2,000 instructions, about
+half of that, measured)."""
+
+
+VALUE_CHARS = 4000
+"""The most characters of a run's value kept in its stored outcome."""
+
+
+def value_from(text: str | None) -> object:
+    """A run's value read back from its stored text: the JSON it was stored as, else the
+    text itself (a str value; or the ``repr`` of a value JSON cannot carry, or one cut
+    at :data:`VALUE_CHARS`). A str value that is itself JSON text (``"42"``) reads back
+    as what it spells. O(len(text))."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _value_text(value: object) -> str:
+    """A run's value (not ``None``) as stored: a str as it is, else JSON (or repr),
+    bounded."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            text = repr(value)
+    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "..."
+
+
+def new_row(
+    task_id: str,
+    action: str,
+    spec: dict[str, Any],
+    plan: Plan,
+    first: Time,
+) -> TaskRow:
+    """The row of a task just scheduled, its first run at ``first`` (started
+    :func:`~rota._policy.jitter_offset` later if the task is jittered)."""
+    plan.slot = due = first
+    if plan.jitter:
+        plan.nominal = first
+        due = first + jitter_offset(task_id, first, plan.jitter)
+    return TaskRow(
+        task_id, action, spec, state_of(plan), str(Status.SCHEDULED), False, due, plan.priority
+    )

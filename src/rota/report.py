@@ -1,0 +1,159 @@
+"""What people and scripts are shown about stored tasks: one rule for the command
+(``rota status``, ``history``, ``check``, the live view) and the dashboard.
+
+The JSON shapes here are pinned by ``cli.md`` (``status --json``, ``history
+--json``) and served unchanged by the web API; the times follow one rule (see
+:func:`job_zone`): a job's times are shown in its zone, with the offset.
+Everything here is pure and cheap: no I/O, no clock but :func:`local_zone`'s.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from rota import ManualClock, Scheduler
+from rota.schedules import FixedDelay, FixedRate, Once, Schedule
+
+if TYPE_CHECKING:  # the command's plan needs neither
+    from rota.durable import Entry
+    from rota.store import OutcomeRow
+
+
+def local_zone() -> tzinfo:
+    """This machine's zone (the default for cron and for printed times). O(1)."""
+    local = datetime.now().astimezone().tzinfo
+    assert local is not None
+    return local
+
+
+def job_zone(name: str | None, override: tzinfo | None = None) -> tzinfo:
+    """The zone a job's times are shown in, the one rule for human output: ``override``
+    (``--tz``) if given, else the job's zone (its ``tz`` or ``[defaults] tz``, stored
+    with it), else this machine's. A stored name this machine does not know (no
+    tzdata): this machine's zone. Never raises. O(1) after the zone's first load."""
+    if override is not None:
+        return override
+    if name is not None:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    return local_zone()
+
+
+def time_shown(at: float | None, tz: tzinfo) -> str:
+    """A time for people: ISO 8601 in ``tz`` with its offset, milliseconds if not
+    whole seconds; ``-`` for ``None``. O(1)."""
+    if at is None:
+        return "-"
+    spec = "seconds" if at == int(at) else "milliseconds"
+    return datetime.fromtimestamp(at, tz).isoformat(timespec=spec)
+
+
+def printable(text: str) -> str:
+    """A job id as shown in one-line output: control characters escaped. O(len)."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode()
+
+
+def first_line(text: str | None, empty: str = "") -> str:
+    """The first line of a stored error (``exit status 3: ...``), ``empty`` if none. O(len)."""
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else empty
+
+
+def ran_at(last: OutcomeRow) -> float:
+    """When a recorded run ran: when it started (its slot if it never did). O(1)."""
+    return last.at if last.started is None else last.started
+
+
+def status_entry(entry: Entry) -> dict[str, Any]:
+    """One task as ``rota status --json`` and ``GET /api/jobs`` show it: the pinned
+    ``id``, ``status``, ``paused``, ``next``, then ``last`` (result), ``last_at``
+    (its run's slot), ``last_started`` (when it ran), ``unreadable`` and ``zone``.
+    O(1)."""
+    info, latest, unreadable, zone_name = entry.info, entry.last, entry.unreadable, entry.zone
+    return {
+        "id": info.task_id,
+        "status": str(info.status),
+        "paused": info.paused,
+        "next": info.next_run_time,
+        "last": latest.result if latest else None,
+        "last_at": latest.at if latest else None,
+        "last_started": ran_at(latest) if latest else None,
+        "unreadable": unreadable,
+        "zone": zone_name,
+    }
+
+
+def history_entry(o: OutcomeRow) -> dict[str, Any]:
+    """One recorded run as ``rota history --json`` and ``GET /api/jobs/{id}/history``
+    show it: ``at``, ``result``, ``attempt``, ``error``, ``started``, then ``slot``,
+    ``finished``, ``skipped`` (and ``skipped_by``: the same by reason), ``owner``,
+    ``output``. O(1)."""
+    return {
+        "at": o.at, "result": o.result, "attempt": o.attempt, "error": o.error,
+        "started": o.started, "slot": o.slot, "finished": o.finished,
+        "skipped": o.skipped, "skipped_by": dict(o.skips()), "owner": o.owner,
+        "output": o.value,
+    }  # fmt: skip
+
+
+def described(schedule: Schedule | None, tz: tzinfo) -> str:
+    """A schedule in words, for people: ``every 1h 30m``, ``cron 0 3 * * * (Europe/Berlin)``,
+    ``once, at 2026-12-01T03:00:00+01:00``. O(1)."""
+    if schedule is None:
+        return "-"
+    if isinstance(schedule, Once):
+        return "once" if schedule.at is None else f"once, at {time_shown(schedule.at, tz)}"
+    if isinstance(schedule, FixedRate):
+        return f"every {_period(schedule.period)}"
+    if isinstance(schedule, FixedDelay):
+        return f"every {_period(schedule.delay)} after the previous run ends"
+    expression = getattr(schedule, "expression", None)  # a Cron (rota.cron needs cronsim)
+    if isinstance(expression, str):
+        return f"cron {expression} ({getattr(schedule, 'zone', 'UTC')})"
+    return repr(schedule)
+
+
+def _period(seconds: float) -> str:
+    """``5400`` -> ``1h 30m``; a fraction of a second as seconds with decimals."""
+    if seconds != int(seconds) or seconds < 1:
+        return f"{seconds:g}s"
+    left, parts = timedelta(seconds=seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, rest = divmod(int(left.total_seconds()), size)
+        if count:
+            parts.append(f"{count}{unit}")
+        left = timedelta(seconds=rest)
+    return " ".join(parts)
+
+
+def _nothing(at: float) -> None:
+    """What a planned run does: nothing."""
+
+
+def next_runs(schedule: Schedule | None, first: float | None, count: int = 5) -> list[float]:
+    """The next ``count`` run times of a task whose next run is at ``first``: a fixed
+    rate's slots (``first + k * period``, as its cursor multiplies them), else the
+    engine ``rota plan`` uses (a :class:`~rota.Scheduler` on a
+    :class:`~rota.ManualClock`, every run taken to succeed at once). O(count)."""
+    if first is None:
+        return []
+    if schedule is None or isinstance(schedule, Once):
+        return [first]
+    if isinstance(schedule, FixedRate | FixedDelay):  # a delay: runs taken to take no time
+        period = schedule.period if isinstance(schedule, FixedRate) else schedule.delay
+        return [first + k * period for k in range(count)]
+    clock = ManualClock(first)
+    planner = Scheduler(clock=clock, epoch=True)
+    planner.schedule("next", schedule, _nothing)
+    runs = [first]
+    while len(runs) < count:
+        head = planner.next_run_time()
+        if head is None:
+            break
+        clock.set(max(head, first))
+        runs += [o.at for o in planner.tick(clock()) if o.at > runs[-1]]
+    return runs[:count]

@@ -1,0 +1,257 @@
+"""MemoryStore: the store protocol in memory, with the same conditional semantics."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from rota._types import FINISHED, LEASED, Time
+
+from ._base import (
+    RUNNING,
+    SCHEDULED,
+    Change,
+    Edit,
+    Known,
+    Listed,
+    OutcomeRow,
+    StoreBase,
+    TaskRow,
+    run_order,
+)
+
+
+class MemoryStore(StoreBase):
+    """A :class:`~rota.store.Store` that keeps everything in this process.
+
+    Nothing survives the process: it backs deterministic simulations of
+    several nodes sharing one store, and ``memory:`` store URLs. Rows are
+    copied in and out, so a caller never shares state with the store, as
+    with a database. ``clock`` gives the store a time of its own, as a
+    database server has (see :meth:`now`); by default it takes its
+    callers'. Thread-safe (one lock). Costs: :meth:`modify` and
+    :meth:`get` O(1) plus the copy; :meth:`claim` and :meth:`next_due` O(n).
+    """
+
+    def __init__(self, clock: Callable[[], Time] | None = None) -> None:
+        super().__init__()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rows: dict[str, TaskRow] = {}
+        self._outcomes: dict[tuple[str, Time, int, int], OutcomeRow] = {}
+        self._seq = 0
+        self._version = 0
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore tasks={len(self._rows)}>"
+
+    def open(self) -> None:
+        """Nothing to create."""
+
+    def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
+        """See :meth:`rota.store.Store.modify_many` (all or nothing, as a transaction)."""
+        with self._lock:
+            return self._modify(edits)
+
+    def _modify(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
+        """:meth:`modify_many`'s work, under the lock: all or nothing."""
+        rows, outcomes, seq = dict(self._rows), dict(self._outcomes), self._seq
+        results: list[Change[Any] | None] = []
+        for task_id, change, fence, expect in edits:
+            row = rows.get(task_id)
+            if fence is not None and (row is None or row.fence != fence):
+                results.append(None)
+                continue
+            if expect is not None and row is not None and row.version == expect[0]:
+                decided = expect[1]
+            else:
+                decided = change(None if row is None else row.copy())
+            if decided.outcome is not None:
+                outcome = decided.outcome
+                key = (outcome.task_id, outcome.slot, outcome.attempt, outcome.fence)
+                if key in outcomes:
+                    raise RuntimeError(f"outcome {key} recorded twice")
+                outcomes[key] = outcome
+            if decided.row is not None:
+                new = decided.row.copy()
+                new.version = 0 if row is None else row.version + 1
+                if decided.requeued or row is None:
+                    seq += 1
+                    new.seq = seq
+                rows[task_id] = new
+            results.append(decided)
+        self._rows, self._outcomes, self._seq = rows, outcomes, seq
+        self._version += 1
+        return results
+
+    def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
+        """See :meth:`rota.store.Store.claim`."""
+        with self._lock:
+            return self._claim(node, now, limit, lease, known)
+
+    def complete_and_claim(
+        self, edits: Sequence[Edit], node: str, now: Time, limit: int, lease: Time, known: Known
+    ) -> tuple[list[Change[Any] | None], list[TaskRow]]:
+        """See :meth:`rota.store.Store.complete_and_claim` (under the lock once; a
+        claim that raises undoes the edits)."""
+        with self._lock:
+            before = self._rows, self._outcomes, self._seq, self._version
+            results = self._modify(edits)  # new dicts and rows: ``before`` stays as it was
+            try:
+                return results, self._claim(node, now, limit, lease, known)
+            except BaseException:
+                self._rows, self._outcomes, self._seq, self._version = before
+                raise
+
+    def _claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
+        """:meth:`claim`'s work, under the lock."""
+        due = sorted(
+            (r for r in self._rows.values() if _due(r, now) and known.claims(r)),
+            key=run_order,
+        )[:limit]
+        expired = sorted(
+            (r for r in self._rows.values() if _expired(r, now) and known.claims(r)),
+            key=lambda r: r.lease_until or 0,
+        )[: limit - len(due)]
+        claimed = []
+        for row in due + expired:
+            row.reclaimed = row.status != SCHEDULED
+            if row.reclaimed:
+                row.expiries += 1
+            row.status = RUNNING
+            row.owner = node
+            row.lease_until = now + lease
+            row.fence += 1
+            claimed.append(row.copy())
+            row.reclaimed = False
+        if claimed:
+            self._version += 1
+        return claimed
+
+    def heartbeat(
+        self, node: str, now: Time, lease: Time, held: Collection[str]
+    ) -> dict[str, tuple[int, str]]:
+        """See :meth:`rota.store.Store.heartbeat`."""
+        with self._lock:
+            owned = {}
+            for task_id in held:
+                row = self._rows.get(task_id)
+                if row is not None and row.owner == node:
+                    if row.status in LEASED:
+                        row.lease_until = now + lease
+                    owned[task_id] = (row.fence, row.status)
+            return owned
+
+    def shift_leases(self, beyond: Time, by: Time) -> int:
+        """See :meth:`rota.store.Store.shift_leases`. O(n)."""
+        with self._lock:
+            moved = [
+                r for r in self._rows.values()
+                if r.status in LEASED and r.lease_until is not None and r.lease_until > beyond
+            ]  # fmt: skip
+            for r in moved:
+                assert r.lease_until is not None
+                r.lease_until -= by
+                r.version += 1
+            return len(moved)
+
+    def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
+        """See :meth:`rota.store.Store.next_due`."""
+        with self._lock:
+            times = [
+                r.due
+                for r in self._rows.values()
+                if r.status == SCHEDULED and not r.paused and known.claims(r)
+            ]
+            times += [
+                r.lease_until
+                for r in self._rows.values()
+                if r.status in LEASED and (own or r.owner != node) and r.lease_until is not None
+                and known.claims(r)
+            ]  # fmt: skip
+            return min(times, default=None)
+
+    def get(self, task_id: str) -> TaskRow | None:
+        """See :meth:`rota.store.Store.get`."""
+        with self._lock:
+            row = self._rows.get(task_id)
+            return None if row is None else row.copy()
+
+    def actions(self) -> set[str]:
+        """See :meth:`rota.store.Store.actions`."""
+        with self._lock:
+            return {
+                r.action for r in self._rows.values()
+                if (r.status == SCHEDULED and not r.paused) or r.status in LEASED
+            }  # fmt: skip
+
+    def rows(self) -> list[TaskRow]:
+        """See :meth:`rota.store.Store.rows`."""
+        with self._lock:
+            return [self._rows[key].copy() for key in sorted(self._rows)]
+
+    def page(
+        self, after: str | None = None, limit: int | None = None, *, unfinished: bool = False
+    ) -> list[Listed]:
+        """See :meth:`rota.store.Store.page`: O(n log n) here (a test store)."""
+        with self._lock:
+            keys = sorted(
+                k for k, r in self._rows.items()
+                if (after is None or k > after) and not (unfinished and r.status in FINISHED)
+            )[:limit]  # fmt: skip
+            latest: dict[str, OutcomeRow] = {}
+            for o in self._outcomes.values():
+                best = latest.get(o.task_id)
+                if best is None or (o.slot, o.attempt, o.fence) > (
+                    best.slot,
+                    best.attempt,
+                    best.fence,
+                ):
+                    latest[o.task_id] = o
+            return [Listed(self._rows[k].copy(), latest.get(k)) for k in keys]
+
+    def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
+        """See :meth:`rota.store.Store.outcomes`."""
+        with self._lock:
+            mine = [o for o in self._outcomes.values() if o.task_id == task_id]
+        return list(reversed(mine))[:limit]
+
+    def recorded(self, task_id: str, start: Time, end: Time) -> set[Time]:
+        """See :meth:`rota.store.Store.recorded`. O(outcomes)."""
+        with self._lock:
+            return {
+                o.slot for o in self._outcomes.values()
+                if o.task_id == task_id and start <= o.slot < end
+            }  # fmt: skip
+
+    def prune(self, before: Time, limit: int) -> int:
+        """See :meth:`rota.store.Store.prune`. O(n)."""
+        with self._lock:
+            old = [k for k, o in self._outcomes.items() if o.finished < before][:limit]
+            for key in old:
+                del self._outcomes[key]
+            kept = {o.task_id for o in self._outcomes.values()}
+            gone = [
+                task_id for task_id, row in self._rows.items()
+                if row.status in FINISHED and row.due < before and task_id not in kept
+            ][:limit]  # fmt: skip
+            for task_id in gone:
+                del self._rows[task_id]
+            return len(old) + len(gone)
+
+    def changes(self, wait: float = 0.0) -> int:
+        """See :meth:`rota.store.Store.changes` (returns at once)."""
+        return self._version
+
+    def now(self) -> Time | None:
+        """See :meth:`rota.store.Store.now`: ``clock()``, if one was given."""
+        return None if self._clock is None else self._clock()
+
+
+def _due(row: TaskRow, now: Time) -> bool:
+    return row.status == SCHEDULED and not row.paused and row.due <= now
+
+
+def _expired(row: TaskRow, now: Time) -> bool:
+    return row.status in LEASED and row.lease_until is not None and row.lease_until < now

@@ -1,0 +1,959 @@
+"""PostgresStore: one schedule shared by processes on many hosts (extra ``rota[postgres]``).
+
+The same protocol as :class:`~rota.store.SQLiteStore`, on PostgreSQL with
+psycopg 3: claims lease due rows with ``FOR UPDATE SKIP LOCKED`` in
+``MATERIALIZED`` CTEs (so concurrent nodes never block on, or take, each
+other's rows), every write is fenced, and time is the database's: a node
+measures its clock's offset from the server when it connects, and leases,
+due times and completions are on the server's clock, so a node whose clock
+is off only wakes at the wrong moments.
+
+Times are ``numeric`` columns written from the exact text of each number, so
+an int stays an int and a float reads back as the very float written. A
+completion whose commit outcome is unknown (the connection dropped during
+``COMMIT``) is resolved by looking for its outcome row, which exists iff the
+commit happened. Writes that make something due soon ``NOTIFY`` the other
+nodes (``LISTEN`` on a connection of its own), so they wake at once; polling
+remains the safety net.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import Any, TypeVar
+
+try:
+    import psycopg
+    from psycopg import errors
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "rota.store.PostgresStore needs the postgres extra: pip install 'rota[postgres]'"
+    ) from exc
+
+from rota._types import Time
+
+from ._base import COLUMNS as _COLUMNS
+from ._base import (
+    DEFAULT_PREFIX,
+    FINISHED_NAMES,
+    FORMER_PREFIX,
+    LEASED_SQL,
+    RUN_COLUMNS,
+    RUNNING,
+    Change,
+    Edit,
+    Known,
+    Listed,
+    OutcomeRow,
+    StoreBase,
+    StoreError,
+    TaskRow,
+    actions_sql,
+    ahead,
+    claimed_rows,
+    former_tables,
+    is_current,
+    migrate,
+    outcome_from,
+    redacted,
+    renamed_actions_sql,
+    run_values,
+    task_row,
+    write_row,
+)
+from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
+
+T = TypeVar("T")
+
+logger = logging.getLogger("rota.store")
+
+SCHEMA_VERSION = 4
+RETRIES = 5
+"""Attempts of one transaction that hit a unique violation or a lost connection."""
+LOCK_TIMEOUT = 5.0
+"""Seconds a statement of rota's waits for a row lock (``lock_timeout``)."""
+STATEMENT_TIMEOUT = 10.0
+"""Seconds a statement of rota's may run (``statement_timeout``). In a pipeline (a
+group commit with its claim) it spans every statement up to the pipeline's sync, so
+it also bounds how long a node frozen mid-pipeline keeps its rows locked: below the
+default lease (30 s)."""
+IDLE_TIMEOUT = 10.0
+"""Seconds the server lets a rota session sit idle inside a transaction (a frozen
+node) before it ends it (``idle_in_transaction_session_timeout``): below the default
+lease (30 s)."""
+CANCELLED = (errors.QueryCanceled, errors.LockNotAvailable)
+"""Statements the server cancelled: their transaction is rolled back, their
+connection healthy."""
+REMEASURE = 30.0
+"""Seconds after which a node measures its clock's offset from the server's again."""
+SOON = 1.0
+"""A write whose new due time is within this many seconds notifies the other nodes."""
+
+
+def _migrations(p: str) -> list[list[str]]:
+    return [
+        [
+            f"""CREATE TABLE {p}tasks (
+                task_id     text PRIMARY KEY,
+                action      text NOT NULL,
+                spec        text NOT NULL,
+                state       text NOT NULL,
+                status      text NOT NULL,
+                paused      boolean NOT NULL DEFAULT false,
+                due         numeric,
+                priority    bigint NOT NULL DEFAULT 0,
+                seq         bigint NOT NULL,
+                fence       bigint NOT NULL DEFAULT 0,
+                owner       text,
+                lease_until numeric,
+                expiries    integer NOT NULL DEFAULT 0,
+                version     bigint NOT NULL DEFAULT 0
+            )""",
+            f"CREATE INDEX {p}due ON {p}tasks (due, priority, seq) "
+            "WHERE status = 'scheduled' AND NOT paused",
+            f"CREATE INDEX {p}owner ON {p}tasks (owner) WHERE owner IS NOT NULL",
+            f"""CREATE TABLE {p}outcomes (
+                task_id  text NOT NULL,
+                slot     numeric NOT NULL,
+                attempt  integer NOT NULL,
+                fence    bigint NOT NULL,
+                at       numeric NOT NULL,
+                result   text NOT NULL,
+                error    text,
+                started  numeric,
+                finished numeric NOT NULL,
+                skipped  integer NOT NULL DEFAULT 0,
+                owner    text,
+                value    text,
+                PRIMARY KEY (task_id, slot, attempt, fence)
+            )""",
+            f"CREATE SEQUENCE {p}seq",
+        ],
+        [  # claims read each action's own range (see Known.actions, and SQLite's step)
+            f"DROP INDEX IF EXISTS {p}due",
+            f"CREATE INDEX {p}due_by_action ON {p}tasks (action, due, priority, seq) "
+            "WHERE status = 'scheduled' AND NOT paused",
+        ],
+        [  # a run's skipped slots by reason (see SQLite's step)
+            f"ALTER TABLE {p}outcomes ADD COLUMN IF NOT EXISTS skipped_by text",
+        ],
+        [renamed_actions_sql(p)],  # the import package's name, rota since cadence
+    ]
+
+
+def _exists(db: psycopg.Connection[Any], name: str) -> bool:
+    """Whether a table (or any relation) of that name is on the search path."""
+    found = db.execute("SELECT to_regclass(%s)", (name,)).fetchone()
+    return found is not None and found[0] is not None
+
+
+def _num(value: Time | None) -> Decimal | int | None:
+    """A time as written: its exact text as a numeric (ints stay ints)."""
+    if value is None or isinstance(value, int):
+        return value
+    return Decimal(repr(value))
+
+
+def _time(value: Any) -> Any:
+    """A numeric read back: an int if it was written as one, else the very float."""
+    if isinstance(value, Decimal):
+        return int(value) if value.as_tuple().exponent == 0 else float(value)
+    return value
+
+
+class PostgresStore(StoreBase):
+    """A :class:`~rota.store.Store` on PostgreSQL (psycopg 3).
+
+    ``conninfo`` is a libpq connection string or URL. ``prefix`` names the
+    tables (several schedules can share one database). ``clock`` is
+    ``"database"`` (default: the server's time, see the module docstring)
+    or ``"caller"`` (the scheduler's own clock: for tests with a
+    :class:`~rota.ManualClock`).
+
+    Every wait is bounded, on rota's own sessions (``None`` leaves the
+    server's setting): ``lock_timeout`` (seconds a statement waits for a row
+    another session locked: a control command on a row a frozen node holds
+    fails fast, with :class:`StoreError`, instead of hanging),
+    ``statement_timeout`` (seconds a statement may run; in a pipeline, every
+    statement up to its sync) and ``idle_timeout``
+    (``idle_in_transaction_session_timeout``): between them, the server ends the
+    transaction of a node frozen inside one (a stopped VM, a debugger, a long GC
+    pause) after that long, releasing the rows it locked. Keep both below the
+    lease, so that a frozen node's runs are taken over within the lease plus
+    that timeout. A statement the server cancelled leaves its connection in
+    use; a broken one is closed.
+
+    Thread-safe: each thread gets its own connection, reopened (with
+    backoff) when lost. Costs: one transaction per write, one round trip
+    per statement; claims read only the earliest due rows, through an index.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        clock: str = "database",
+        lock_timeout: float | None = LOCK_TIMEOUT,
+        statement_timeout: float | None = STATEMENT_TIMEOUT,
+        idle_timeout: float | None = IDLE_TIMEOUT,
+        create: bool = True,
+    ) -> None:
+        if not isinstance(conninfo, str):
+            raise TypeError(f"conninfo must be a str, got {conninfo!r}")
+        settings = {
+            "lock_timeout": lock_timeout,
+            "statement_timeout": statement_timeout,
+            "idle_in_transaction_session_timeout": idle_timeout,
+        }
+        for name, value in (("lock_timeout", lock_timeout),
+                            ("statement_timeout", statement_timeout),
+                            ("idle_timeout", idle_timeout)):  # fmt: skip
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+            ):
+                raise ValueError(f"{name} must be a positive number of seconds or None, "
+                                 f"got {value!r}")  # fmt: skip
+        self._settings = "".join(
+            f"SET {name} = {max(1, round(value * 1000))}; "
+            for name, value in settings.items()
+            if value is not None
+        )
+        if not isinstance(prefix, str) or not prefix.replace("_", "a").isalnum():
+            raise ValueError(f"prefix must be letters, digits and underscores, got {prefix!r}")
+        if clock not in ("database", "caller"):
+            raise ValueError(f"clock must be 'database' or 'caller', got {clock!r}")
+        super().__init__()
+        self.conninfo = conninfo
+        self._p = prefix
+        self._clock = clock
+        self._create = create
+        self._offset = 0.0  # the server's epoch time minus our monotonic time
+        self._measured = -float("inf")  # when (monotonic) it was last measured
+        self._latest = -float("inf")  # the latest time now() gave: it never goes back
+        self._latest_lock = threading.Lock()
+        self._listener: psycopg.Connection[Any] | None = None
+        self._notified = 0
+        self._channel = f"{prefix}due"
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._safe_url()!r}, prefix={self._p!r})"
+
+    def _safe_url(self) -> str:
+        """The connection string as it may be shown: a password, in a URL
+        (``postgresql://app:pw@host/db``) or as ``password=...``, is ``***``."""
+        return redacted(self.conninfo)
+
+    # -- connections -----------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        delay = 0.05
+        for attempt in range(RETRIES + 1):
+            try:
+                db = psycopg.connect(self.conninfo, autocommit=True)
+                break
+            except psycopg.OperationalError:
+                if attempt == RETRIES:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        if self._settings:
+            try:
+                db.execute(self._settings)
+            except BaseException:
+                db.close()
+                raise
+        return self._opened(db)
+
+    def _db(self) -> psycopg.Connection[Any]:
+        db: psycopg.Connection[Any] | None = getattr(self._local, "db", None)
+        if db is None or db.closed or db.broken:
+            db = self._local.db = self._connect()
+            if self._clock == "database":
+                self._measure_offset(db)
+        return db
+
+    def _measure_offset(self, db: psycopg.Connection[Any]) -> None:
+        """The server's clock against our monotonic clock, at the middle of a round
+        trip: the server's time is then that reading plus the monotonic time since,
+        so a step of this host's wall clock (NTP correcting a drifted VM, a laptop
+        waking) changes nothing; it is measured again every :data:`REMEASURE` s."""
+        before = time.monotonic()
+        row = db.execute("SELECT extract(epoch from clock_timestamp())").fetchone()
+        after = time.monotonic()
+        assert row is not None
+        self._offset = float(row[0]) - (before + after) / 2
+        self._measured = after
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        db = self._db()
+        with db.transaction():
+            yield db
+
+    def _retrying(
+        self, work: Callable[[psycopg.Connection[Any]], T], *, transaction: bool = True
+    ) -> T:
+        """Run ``work`` in a transaction (else each of its statements is its own, which
+        saves the ``BEGIN`` and ``COMMIT`` round trips); again after a unique violation
+        or a lost link."""
+        for attempt in range(RETRIES + 1):
+            try:
+                if not transaction:
+                    return work(self._db())
+                with self._transaction() as db:
+                    return work(db)
+            except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
+                if attempt == RETRIES:
+                    raise
+            except CANCELLED as exc:
+                raise self._timed_out(exc) from None
+            except psycopg.OperationalError:
+                self._drop_current()
+                if attempt == RETRIES:
+                    raise
+                time.sleep(min(0.05 * 2**attempt, 2.0))
+        raise AssertionError("unreachable")
+
+    def _drop_current(self) -> None:
+        """The calling thread's connection met an error other than a cancelled
+        statement (a lost link, a session the server ended): closed and forgotten, so
+        the next use reconnects and no backend is left behind."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            self._drop(db)
+
+    def _timed_out(self, exc: Exception) -> StoreError:
+        """What a statement the server cancelled (a timeout, a cancel) raises: the
+        connection is healthy and kept; the transaction was rolled back."""
+        if isinstance(exc, errors.LockNotAvailable):
+            why = "a row it needs is locked by another session (lock_timeout)"
+        else:
+            why = "the server cancelled a statement (statement_timeout or a cancel)"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StoreError(f"{self}: {why}: {first}; nothing was changed, try again")
+
+    def open(self) -> None:
+        """Create the schema, or migrate an older one forward (under an advisory lock);
+        a current schema is only read (a read-only role can open the store).
+
+        A schema written before the project's rename (tables ``cadence_*``, opened
+        with the default prefix) has its tables, sequence and indexes renamed in
+        the migrating transaction, and its stored import paths rewritten (schema
+        step 4). Raises :class:`StoreError` for a schema newer than this code.
+        """
+        p = self._p
+        steps = _migrations(p)
+
+        def current(db: psycopg.Connection[Any]) -> tuple[int | None, bool]:
+            """The stored schema version, and whether a former store awaits renaming."""
+            if not _exists(db, f"{p}meta"):  # a new store (no error in the server log)
+                return None, bool(former_tables(p, lambda name: _exists(db, name)))
+            found = db.execute(
+                f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
+            ).fetchone()
+            return (None if found is None else int(found[0])), False
+
+        version, former = self._retrying(current, transaction=False)
+        if is_current(version, steps, str(self)):
+            return
+        if not self._create and version is None and not former:
+            raise StoreError(f"{self}: no rota store there (nothing was created)")
+
+        def upgrade(db: psycopg.Connection[Any]) -> None:
+            db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{p}schema",))
+            self._adopt_former(db)
+            db.execute(f"CREATE TABLE IF NOT EXISTS {p}meta (key text PRIMARY KEY, value text)")
+            found = db.execute(
+                f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
+            ).fetchone()
+            version = 0 if found is None else int(found[0])
+            latest = migrate(version, steps, db.execute, str(self))
+            db.execute(
+                f"INSERT INTO {p}meta VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(latest),),
+            )
+
+        self._retrying(upgrade)
+
+    def _adopt_former(self, db: psycopg.Connection[Any]) -> None:
+        """Rename a store written before the project's rename (see
+        :func:`~rota.store._base.former_tables`) in ``db``'s transaction: its tables,
+        its sequence, and every index of its tables (primary keys included) that
+        bears the former prefix."""
+        renames = former_tables(self._p, lambda name: _exists(db, name))
+        if not renames:
+            return
+        for old, new in renames:
+            db.execute(f"ALTER TABLE {old} RENAME TO {new}")
+        db.execute(f"ALTER SEQUENCE IF EXISTS {FORMER_PREFIX}seq RENAME TO {self._p}seq")
+        indexes = db.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = ANY(%s) AND starts_with(indexname, %s)",
+            ([new for _, new in renames], FORMER_PREFIX),
+        ).fetchall()
+        for (name,) in indexes:
+            db.execute(f"ALTER INDEX {name} RENAME TO {self._p}{name[len(FORMER_PREFIX) :]}")
+        logger.warning(
+            "%s: renamed the tables of rota's former name (%s*) to %s*",
+            self,
+            FORMER_PREFIX,
+            self._p,
+        )
+
+    def close(self) -> None:
+        """Close every connection this store opened (they are reopened on next use)."""
+        super().close()
+        self._listener = None
+
+    def now(self) -> Time | None:
+        """The server's time (our monotonic clock plus its measured offset from the
+        server's, see :meth:`_measure_offset`), or ``None`` with ``clock="caller"``.
+
+        Never earlier than a time it gave before, on any thread: a new
+        measure (each new connection takes one, half a round trip's noise)
+        moves the offset by milliseconds either way, and a run's end read
+        before its start would give it a negative duration. O(1).
+        """
+        if self._clock == "caller":
+            return None
+        db = self._db()  # measures the offset on first use
+        if time.monotonic() - self._measured > REMEASURE:
+            try:
+                self._measure_offset(db)
+            except psycopg.Error:  # the last measure stands; the next use reconnects
+                self._drop_current()
+        with self._latest_lock:
+            self._latest = latest = max(self._latest, time.monotonic() + self._offset)
+        return latest
+
+    # -- writes ----------------------------------------------------------
+
+    def modify_many(self, edits: Sequence[Edit]) -> list[Change[Any] | None]:
+        """See :meth:`rota.store.Store.modify_many`.
+
+        Round trips: a lone completion decided in advance is one statement,
+        its own transaction (no ``BEGIN``/``COMMIT`` round trips); several
+        are sent together, as one ``executemany`` (the statement converted
+        once, not once per completion) in one pipelined transaction, so a
+        group commit waits for the server about once, however many it holds.
+        Anything else reads, decides and writes inside a transaction.
+
+        A commit whose outcome is unknown (the connection dropped during it)
+        is resolved through the outcomes' key: if the first edit's outcome row
+        exists, the transaction committed.
+        """
+        return self._modify_many(edits)
+
+    def complete_and_claim(
+        self, edits: Sequence[Edit], node: str, now: Time, limit: int, lease: Time, known: Known
+    ) -> tuple[list[Change[Any] | None], list[TaskRow]]:
+        """See :meth:`rota.store.Store.complete_and_claim`: the completions' pipelined
+        transaction (see :meth:`modify_many`) claims too before it commits."""
+        claimed: list[TaskRow] = []
+
+        def claim(db: psycopg.Connection[Any], sync: Callable[[], object]) -> None:
+            claimed[:] = self._claim_in(db, node, now, limit, lease, known, sync)
+
+        return self._modify_many(edits, claim), claimed
+
+    def _modify_many(
+        self,
+        edits: Sequence[Edit],
+        then: Callable[[psycopg.Connection[Any], Callable[[], object]], None] | None = None,
+    ) -> list[Change[Any] | None]:
+        """:meth:`modify_many`, with ``then(db, sync)`` run in its transaction after the
+        edits (``sync``: the pipeline's, to call after its statements)."""
+        for attempt in range(RETRIES + 1):
+            try:
+                db = self._db()
+                if len(edits) == 1 and then is None:
+                    params = _expected_params(edits[0])
+                    if params is not None:  # autocommit: atomic alone
+                        found = db.execute(_expected(self._p), params).fetchone()
+                        if found is not None:
+                            return [self._expected_done(db, edits[0], found)]
+                    with self._transaction() as db:  # (a version never comes back)
+                        return [self._decide_in(db, edits[0])]
+                with db.pipeline() as pipeline, self._transaction() as db:
+                    found_all = self._send_expected(db, edits)
+                    results = [
+                        self._decide_in(db, edit) if found is None
+                        else self._expected_done(db, edit, found)
+                        for edit, found in zip(edits, found_all, strict=True)
+                    ]  # fmt: skip
+                    # Between a pipeline's results and its next statement the server
+                    # waits "active", under no timeout (up to PostgreSQL 16): a node
+                    # frozen there would hold its rows until it woke. After a sync it
+                    # waits idle in the transaction, which idle_timeout bounds.
+                    pipeline.sync()
+                    if then is not None:
+                        then(db, pipeline.sync)
+                    return results
+            except (errors.UniqueViolation, errors.SerializationFailure, errors.DeadlockDetected):
+                if attempt == RETRIES:
+                    raise
+            except CANCELLED as exc:  # rolled back for sure: nothing to look for
+                raise self._timed_out(exc) from None
+            except psycopg.OperationalError:
+                self._drop_current()
+                committed = self._committed(edits)
+                if committed is not None:
+                    return committed
+                if attempt == RETRIES:
+                    raise
+                time.sleep(min(0.05 * 2**attempt, 2.0))
+        raise AssertionError("unreachable")
+
+    def _committed(self, edits: Sequence[Edit]) -> list[Change[Any] | None] | None:
+        """After a lost connection: the results, if the transaction had committed."""
+        recorded = [e.expect[1] for e in edits if e.expect is not None and e.expect[1].outcome]
+        if not recorded:
+            return None
+        outcome = recorded[0].outcome
+        assert outcome is not None
+        try:
+            found = (
+                self._db()
+                .execute(
+                    f"SELECT 1 FROM {self._p}outcomes WHERE task_id = %s AND slot = %s "
+                    "AND attempt = %s AND fence = %s",
+                    (outcome.task_id, _num(outcome.slot), outcome.attempt, outcome.fence),
+                )
+                .fetchone()
+            )
+        except psycopg.OperationalError:
+            self._drop_current()
+            return None
+        if found is None:
+            return None
+        return [e.expect[1] if e.expect is not None else None for e in edits]
+
+    def _send_expected(
+        self, db: psycopg.Connection[Any], edits: Sequence[Edit]
+    ) -> list[tuple[Any, ...] | None]:
+        """Send the completions decided in advance among ``edits`` (one ``executemany``),
+        those of tasks edited more than once excepted (:func:`~rota.store._base.ahead`):
+        each a conditional UPDATE and the outcome's INSERT in one statement, nothing
+        inserted unless the row was still at the expected version. For each edit, the
+        row that statement returned (``None``: not sent, or its row had changed)."""
+        params = [
+            _expected_params(edit) if first else None
+            for edit, first in zip(edits, ahead(edits), strict=True)
+        ]
+        sent = [p for p in params if p is not None]
+        if not sent:
+            return [None] * len(edits)
+        cursor = db.cursor()
+        cursor.executemany(_expected(self._p), sent, returning=True)
+        found: list[tuple[Any, ...] | None] = []
+        for p in params:
+            if p is None:
+                found.append(None)
+                continue
+            found.append(cursor.fetchone())
+            cursor.nextset()
+        return found
+
+    def _expected_done(
+        self, db: psycopg.Connection[Any], edit: Edit, found: tuple[Any, ...]
+    ) -> Change[Any]:
+        """The change a completion decided in advance made, its statement having
+        returned ``found`` (the run's ``seq``)."""
+        assert edit.expect is not None
+        decided = edit.expect[1]
+        assert decided.row is not None
+        decided.row.seq = found[0]
+        self._notify(db, decided.row)
+        return decided
+
+    def _decide_in(self, db: psycopg.Connection[Any], edit: Edit) -> Change[Any] | None:
+        """Read the row (locked), let ``edit.change`` decide, write: in ``db``'s transaction."""
+        p = self._p
+        task_id, change, fence, _ = edit
+        found = db.execute(
+            f"SELECT {_COLUMNS} FROM {p}tasks WHERE task_id = %s FOR UPDATE", (task_id,)
+        ).fetchone()
+        row = None if found is None else task_row(found, _time)
+        if fence is not None and (row is None or row.fence != fence):
+            return None
+        decided = change(row)
+        new = decided.row
+        if new is not None:
+            new.version = 0 if row is None else row.version + 1
+            self._seq(db, decided)
+            write_row(db.execute, f"{p}tasks", new, row, "%s", _num)
+        self._record(db, decided)
+        return decided
+
+    def _seq(self, db: psycopg.Connection[Any], decided: Change[Any]) -> None:
+        new = decided.row
+        if new is not None and (decided.requeued or new.seq == 0):
+            found = db.execute(f"SELECT nextval('{self._p}seq')").fetchone()
+            assert found is not None
+            new.seq = found[0]
+        if new is not None:
+            self._notify(db, new)
+
+    def _notify(self, db: psycopg.Connection[Any], new: TaskRow) -> None:
+        """Wake the other nodes (at commit) if this write makes something due soon."""
+        if new.status == "scheduled" and not new.paused and new.due is not None:
+            now = self.now() or time.time()
+            if new.due <= now + SOON:
+                db.execute("SELECT pg_notify(%s, '')", (self._channel,))
+
+    def _record(self, db: psycopg.Connection[Any], decided: Change[Any]) -> None:
+        o = decided.outcome
+        if o is not None:
+            marks = ",".join(["%s"] * len(o))
+            db.execute(
+                f"INSERT INTO {self._p}outcomes ({_OUTCOME_COLUMNS}) VALUES ({marks})",
+                _outcome_values(o),
+            )
+
+    def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
+        """See :meth:`rota.store.Store.claim`: ``SKIP LOCKED``, never waits on other nodes."""
+        # Each claim statement is atomic alone: claims of due runs and of expired leases
+        # need not share a transaction (a retry after a lost link only claims afresh).
+        return self._retrying(
+            lambda db: self._claim_in(db, node, now, limit, lease, known), transaction=False
+        )
+
+    def _claim_in(
+        self,
+        db: psycopg.Connection[Any],
+        node: str,
+        now: Time,
+        limit: int,
+        lease: Time,
+        known: Known,
+        sync: Callable[[], object] | None = None,
+    ) -> list[TaskRow]:
+        """:meth:`claim`'s statements on ``db`` (in its transaction, if it has one),
+        then ``sync`` (a pipeline's: so that a node frozen after them holds its rows
+        only until ``idle_timeout``, see :meth:`_modify_many`)."""
+        p = self._p
+        where, params = _known(known)
+        until = _num(now + lease)
+        actions = known.actions(lambda: self._stored_actions(db))
+        due = (
+            db.execute(
+                f"WITH due_runs AS MATERIALIZED ({_due_sql(p, 'task_id', claim=True)}) "
+                f"UPDATE {p}tasks t SET status = '{RUNNING}', owner = %s, lease_until = %s, "
+                f"fence = t.fence + 1 FROM due_runs WHERE t.task_id = due_runs.task_id "
+                f"RETURNING {_returning()}",
+                (actions, _num(now), list(known.refused), limit, limit, node, until),
+            ).fetchall()
+            if actions
+            else []
+        )
+        expired = (
+            []
+            if len(due) >= limit
+            else db.execute(
+                f"WITH expired AS MATERIALIZED (SELECT task_id FROM {p}tasks "
+                f"WHERE owner IS NOT NULL AND status IN {LEASED_SQL} "
+                f"AND lease_until < %s AND {where} ORDER BY lease_until LIMIT %s "
+                f"FOR UPDATE SKIP LOCKED) UPDATE {p}tasks t SET status = '{RUNNING}', owner = %s, "
+                "lease_until = %s, fence = t.fence + 1, expiries = t.expiries + 1 "
+                f"FROM expired WHERE t.task_id = expired.task_id RETURNING {_returning()}",
+                (_num(now), *params, limit - len(due), node, until),
+            ).fetchall()
+        )
+        if sync is not None:
+            sync()
+        return claimed_rows(due, expired, _time)
+
+    def heartbeat(
+        self, node: str, now: Time, lease: Time, held: Collection[str]
+    ) -> dict[str, tuple[int, str]]:
+        """See :meth:`rota.store.Store.heartbeat`: all of a node's leases in one
+        statement (its own transaction), which also reports the rows it owns."""
+        p = self._p
+
+        def work(db: psycopg.Connection[Any]) -> dict[str, tuple[int, str]]:
+            owned = db.execute(
+                f"UPDATE {p}tasks SET lease_until = CASE WHEN status IN {LEASED_SQL} "
+                "THEN %s ELSE lease_until END WHERE owner = %s AND task_id = ANY(%s) "
+                "RETURNING task_id, fence, status",
+                (_num(now + lease), node, list(held)),
+            ).fetchall()
+            return {task_id: (fence, status) for task_id, fence, status in owned}
+
+        return self._retrying(work, transaction=False)
+
+    def shift_leases(self, beyond: Time, by: Time) -> int:
+        """See :meth:`rota.store.Store.shift_leases`: nothing to do with the
+        server's clock (the default: leases are on it, so a node's wall clock
+        stepping stretches none); with ``clock="caller"``, one UPDATE."""
+        if self._clock == "database":
+            return 0
+        p = self._p
+        return int(
+            self._retrying(
+                lambda db: (
+                    db.execute(
+                        f"UPDATE {p}tasks SET lease_until = lease_until - %s WHERE owner IS NOT "
+                        f"NULL AND status IN {LEASED_SQL} AND lease_until > %s",
+                        (_num(by), _num(beyond)),
+                    ).rowcount
+                )
+            )
+        )
+
+    # -- reads -----------------------------------------------------------
+
+    def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
+        """See :meth:`rota.store.Store.next_due`."""
+        p = self._p
+        where, params = _known(known)
+
+        def work(db: psycopg.Connection[Any]) -> Time | None:
+            actions = known.actions(lambda: self._stored_actions(db))
+            due = (
+                db.execute(
+                    _due_sql(p, "due", claim=False),
+                    (actions, list(known.refused), 1, 1),
+                ).fetchone()
+                if actions
+                else None
+            )
+            lease = db.execute(
+                f"SELECT lease_until FROM {p}tasks WHERE owner IS NOT NULL "
+                f"AND (%s OR owner != %s) AND status IN {LEASED_SQL} AND {where} "
+                "ORDER BY lease_until LIMIT 1",
+                (own, node, *params),
+            ).fetchone()
+            times = [_time(found[0]) for found in (due, lease) if found is not None]
+            return min(times, default=None)
+
+        return self._retrying(work)
+
+    def _stored_actions(self, db: psycopg.Connection[Any]) -> list[str]:
+        """The distinct actions of the claimable rows: a loose scan of the action index
+        (one seek per action, whatever the rows)."""
+        found = db.execute(
+            actions_sql(f"{self._p}tasks", "status = 'scheduled' AND NOT paused")
+        ).fetchall()
+        return [action for (action,) in found]
+
+    def get(self, task_id: str) -> TaskRow | None:
+        """See :meth:`rota.store.Store.get`."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM {self._p}tasks WHERE task_id = %s", (task_id,)
+            ).fetchone()
+        )
+        return None if found is None else task_row(found, _time, lenient=True)
+
+    def actions(self) -> set[str]:
+        """See :meth:`rota.store.Store.actions`: a loose scan of the action index,
+        and the runs in flight (the owner index)."""
+
+        def work(db: psycopg.Connection[Any]) -> set[str]:
+            flying = db.execute(
+                f"SELECT DISTINCT action FROM {self._p}tasks WHERE owner IS NOT NULL "
+                f"AND status IN {LEASED_SQL}"
+            ).fetchall()
+            return {*self._stored_actions(db), *(action for (action,) in flying)}
+
+        return self._retrying(work, transaction=False)
+
+    def rows(self) -> list[TaskRow]:
+        """See :meth:`rota.store.Store.rows`."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id"
+            ).fetchall()
+        )
+        return [task_row(r, _time, lenient=True) for r in found]
+
+    def page(
+        self, after: str | None = None, limit: int | None = None, *, unfinished: bool = False
+    ) -> list[Listed]:
+        """See :meth:`rota.store.Store.page`: one query; each latest outcome is one
+        index seek (a ``LATERAL`` join)."""
+        p = self._p
+        tasks = ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT {tasks}, o.* FROM {p}tasks t LEFT JOIN LATERAL (SELECT "
+                f"{_OUTCOME_COLUMNS} FROM {p}outcomes WHERE task_id = t.task_id ORDER BY "
+                "slot DESC, attempt DESC, fence DESC LIMIT 1) o ON true "
+                "WHERE (%s::text IS NULL OR t.task_id > %s) AND NOT (%s AND t.status = ANY(%s)) "
+                "ORDER BY t.task_id LIMIT %s",
+                (after, after, unfinished, FINISHED_NAMES, limit),
+            ).fetchall(),
+            transaction=False,
+        )
+        width = len(_COLUMNS.split(","))
+        return [
+            Listed(task_row(r[:width], _time, lenient=True), outcome_from(r[width:], _time))
+            for r in found
+        ]
+
+    def outcomes(self, task_id: str, limit: int) -> list[OutcomeRow]:
+        """See :meth:`rota.store.Store.outcomes`."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT {_OUTCOME_COLUMNS} FROM {self._p}outcomes WHERE task_id = %s "
+                "ORDER BY slot DESC, attempt DESC, fence DESC LIMIT %s",
+                (task_id, limit),
+            ).fetchall()
+        )
+        return [outcome for found_row in found if (outcome := outcome_from(found_row, _time))]
+
+    def recorded(self, task_id: str, start: Time, end: Time) -> set[Time]:
+        """See :meth:`rota.store.Store.recorded`."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT DISTINCT slot FROM {self._p}outcomes WHERE task_id = %s AND "
+                "slot >= %s AND slot < %s",
+                (task_id, _num(start), _num(end)),
+            ).fetchall()
+        )
+        return {_time(slot) for (slot,) in found}
+
+    def recent(self, task_ids: Sequence[str], per_task: int) -> dict[str, list[OutcomeRow]]:
+        """See :meth:`rota.store.Store.recent`: one query, an index range per task
+        (a ``LATERAL`` join over the ids)."""
+        found = self._retrying(
+            lambda db: db.execute(
+                f"SELECT o.* FROM unnest(%s::text[]) AS ids(id), LATERAL (SELECT "
+                f"{_OUTCOME_COLUMNS} FROM {self._p}outcomes WHERE task_id = ids.id ORDER BY "
+                "slot DESC, attempt DESC, fence DESC LIMIT %s) o",
+                (list(task_ids), per_task),
+            ).fetchall(),
+            transaction=False,
+        )
+        got: dict[str, list[OutcomeRow]] = {task_id: [] for task_id in task_ids}
+        for found_row in found:
+            outcome = outcome_from(found_row, _time)
+            if outcome is not None:
+                got[outcome.task_id].append(outcome)
+        return got
+
+    def prune(self, before: Time, limit: int) -> int:
+        """See :meth:`rota.store.Store.prune`."""
+        p = self._p
+
+        def work(db: psycopg.Connection[Any]) -> int:
+            gone: int = db.execute(
+                f"DELETE FROM {p}outcomes WHERE ctid = ANY(ARRAY(SELECT ctid FROM {p}outcomes "
+                "WHERE finished < %s LIMIT %s))",
+                (_num(before), limit),
+            ).rowcount
+            gone += db.execute(
+                f"DELETE FROM {p}tasks WHERE ctid = ANY(ARRAY(SELECT ctid FROM {p}tasks t "
+                f"WHERE status = ANY(%s) AND due < %s AND NOT EXISTS "
+                f"(SELECT 1 FROM {p}outcomes o WHERE o.task_id = t.task_id) LIMIT %s))",
+                (FINISHED_NAMES, _num(before), limit),
+            ).rowcount
+            return gone
+
+        return self._retrying(work)
+
+    def changes(self, wait: float = 0.0) -> int:
+        """A count of the other nodes' notifications (``LISTEN``); waits up to ``wait``
+        seconds for the first, then takes those already there."""
+        try:
+            listener = self._listener
+            if listener is None or listener.closed or listener.broken:
+                listener = self._listener = self._connect()
+                listener.execute(f"LISTEN {self._channel}")
+                self._notified += 1  # (re)connected: notifications may have been missed
+                return self._notified
+            for _ in listener.notifies(timeout=wait, stop_after=1):
+                self._notified += 1
+            for _ in listener.notifies(timeout=0):
+                self._notified += 1
+        except psycopg.OperationalError:
+            self._listener = None
+            self._notified += 1
+        return self._notified
+
+
+@functools.lru_cache(maxsize=8)
+def _due_sql(p: str, column: str, *, claim: bool) -> str:
+    """The earliest runs of a list of actions, each action through its own range of
+    the action index (a ``LATERAL`` join), then the earliest of all in ``(due,
+    priority, seq)`` order; ``column`` of each. Parameters: the actions, with
+    ``claim`` ``now`` (only runs due by then, locked ``FOR UPDATE SKIP LOCKED``:
+    rows an action's range locked beyond the limit stay locked only to the end of
+    the statement's transaction), the refused ids, the limit per action, the
+    limit."""
+    bound, locking = ("AND due <= %s ", " FOR UPDATE SKIP LOCKED") if claim else ("", "")
+    return (
+        f"SELECT c.{column} FROM unnest(%s::text[]) AS n(action) CROSS JOIN LATERAL "
+        f"(SELECT task_id, due, priority, seq FROM {p}tasks WHERE action = n.action "
+        f"AND status = 'scheduled' AND NOT paused {bound}"
+        "AND NOT task_id = ANY(%s) ORDER BY due, priority, seq LIMIT %s"
+        f"{locking}) c ORDER BY c.due, c.priority, c.seq LIMIT %s"
+    )
+
+
+def _outcome_values(o: OutcomeRow) -> tuple[Any, ...]:
+    return (o.task_id, _num(o.slot), o.attempt, o.fence, _num(o.at), o.result, o.error,
+            _num(o.started), _num(o.finished), o.skipped, o.owner, o.value,
+            o.skipped_by)  # fmt: skip
+
+
+def _expected_params(edit: Edit) -> tuple[Any, ...] | None:
+    """The parameters of :func:`_expected` for a completion decided in advance
+    (``None`` for any other edit)."""
+    task_id, _, fence, expect = edit
+    if expect is None or expect[1].outcome is None:
+        return None
+    version, decided = expect
+    new, outcome = decided.row, decided.outcome
+    assert new is not None
+    assert outcome is not None
+    new.version = version + 1
+    state, status, due, _, owner, until, expiries, version_ = run_values(new, _num)
+    return (state, status, due, decided.requeued, owner, until, expiries, version_, task_id,
+            fence, version, *_outcome_values(outcome))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=16)
+def _expected(p: str) -> str:
+    """The completion decided in advance: a conditional UPDATE (a new ``seq`` if the run
+    was queued anew) and the outcome's INSERT, which happens only if the UPDATE did."""
+    names = [name.strip() for name in RUN_COLUMNS.split(",")]  # the run's, nothing else
+    sets = ", ".join(
+        f"{n} = CASE WHEN %s THEN nextval('{p}seq') ELSE {p}tasks.seq END" if n == "seq"
+        else f"{n} = %s"
+        for n in names
+    )  # fmt: skip
+    marks = ",".join(["%s"] * len(_OUTCOME_COLUMNS.split(",")))
+    return (
+        f"WITH u AS (UPDATE {p}tasks SET {sets} WHERE task_id = %s AND fence = %s "
+        f"AND version = %s RETURNING seq) INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) "
+        f"SELECT {marks} FROM u RETURNING (SELECT seq FROM u)"
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _returning() -> str:
+    return ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
+
+
+def _known(known: Known) -> tuple[str, list[Any]]:
+    """The SQL condition for "a run this node may claim" (:class:`Known`), and its
+    parameters."""
+    paths, path_params = known.paths_sql("%s")
+    sql = f"(action = ANY(%s) OR (strpos(action, ':') > 0 AND NOT action = ANY(%s) AND {paths}))"
+    params: list[Any] = [list(known.names), list(known.broken), *path_params]
+    if known.refused:
+        sql += " AND NOT task_id = ANY(%s)"
+        params.append(list(known.refused))
+    return sql, params
+
+
+__all__ = ["PostgresStore"]

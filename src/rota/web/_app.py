@@ -1,0 +1,565 @@
+"""The dashboard, the HTTP API and ``/metrics``: one Starlette app over a
+:class:`~rota.observe.Source`.
+
+Pages are Jinja2 templates (autoescaped: a job id, an error or a command's
+output is text, never markup); live parts are fragments the page fetches
+again every second with htmx (vendored in ``static/``, no CDN). Controls are
+``POST``s that go through :meth:`Source.control`, so the scheduler decides
+each rule once, and are allowed by :class:`Access`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import quote, urlsplit
+
+from markupsafe import Markup, escape
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from rota.metrics import Collector
+from rota.observe import OPERATIONS, Source, status_json
+from rota.report import (
+    described,
+    first_line,
+    history_entry,
+    job_zone,
+    local_zone,
+    next_runs,
+    printable,
+    ran_at,
+    time_shown,
+)
+from rota.schedules import Schedule
+from rota.store import redacted
+
+log = logging.getLogger("rota.web")
+
+HERE = Path(__file__).resolve().parent
+
+SESSION = "rota_session"
+"""The cookie a login sets (HttpOnly, SameSite=Strict)."""
+
+HISTORY = 50
+"""Runs a job page shows (and charts)."""
+
+HEADERS = {
+    # Only the dashboard's own scripts and styles run: an id or output that slipped
+    # past escaping still could not execute. No framing (clickjacking).
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+"""Headers of every page."""
+
+SPARK = 20
+"""Runs a job's sparkline on the list shows."""
+
+RESULTS = frozenset({"ok", "retry", "failed", "cancelled"})
+"""The results a store records (any other text is escaped before it is drawn)."""
+
+PAGE_ROWS = 100
+"""Jobs the list shows on one page (a link gives the next)."""
+
+FRESH = 0.5
+"""Seconds a rendered live part is served again to other pages asking for it: open
+pages poll every second, and N of them then cost the node at most two renders a
+second, not N; an outcome still shows within a poll plus this (1.5 s < the 2 s
+bound)."""
+
+OVERDUE = 60.0
+"""Seconds past its next run before a job counts as overdue in the filter."""
+
+
+class JobRow(NamedTuple):
+    """One job as the pages show it. Attributes, not a dict: a template's ``r.id`` is
+    then one lookup (on a dict, Jinja tries the attribute first and fails), which
+    halved the jobs list's render, measured."""
+
+    id: str
+    status: str
+    paused: bool
+    next: str
+    overdue: bool
+    last: str | None
+    last_time: str
+    error: str
+    schedule: str
+    unreadable: str | None
+    spark: Markup
+
+
+class Access:
+    """Who may change what.
+
+    With a token: a ``POST`` needs ``Authorization: Bearer TOKEN``, or the
+    session cookie a login with the token set plus the page's CSRF token in
+    ``X-CSRF-Token``; anything else gets 401. Without one (loopback only):
+    ``POST``s are allowed, but a browser's (one that sends ``Origin``,
+    ``Sec-Fetch-Site`` or cookies) must carry the page's CSRF token. Any
+    ``POST`` from another origin is refused (403) before that: a page
+    elsewhere can change nothing. The session and CSRF values are HMACs of
+    the token (of a per-process secret without one): nothing to store.
+    """
+
+    def __init__(self, token: str | None) -> None:
+        if token is not None and (not isinstance(token, str) or not token):
+            raise ValueError("token must be a non-empty str or None")
+        self.token = token
+        key = (token or secrets.token_hex(32)).encode()
+        self.session = hmac.new(key, b"rota session", hashlib.sha256).hexdigest()
+        self.csrf = hmac.new(key, b"rota csrf", hashlib.sha256).hexdigest()
+
+    def logged_in(self, request: Request) -> bool:
+        """Whether the request carries a valid session (always true without a token)."""
+        if self.token is None:
+            return True
+        return hmac.compare_digest(request.cookies.get(SESSION, ""), self.session)
+
+    def refusal(self, request: Request) -> tuple[int, str] | None:
+        """Why a ``POST`` is refused (status and reason), or ``None`` with who sent it
+        left in ``request.state.who``."""
+        if _cross_origin(request):
+            return 403, "a request from another origin cannot change anything"
+        bearer = request.headers.get("authorization", "")
+        given_csrf = request.headers.get("x-csrf-token", "")
+        if self.token is not None:
+            if bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:], self.token):
+                request.state.who = "token"
+                return None
+            if self.logged_in(request) and hmac.compare_digest(given_csrf, self.csrf):
+                request.state.who = "login"
+                return None
+            return 401, "this needs the token: Authorization: Bearer TOKEN, or log in"
+        browser = any(h in request.headers for h in ("origin", "sec-fetch-site", "cookie"))
+        if browser and not hmac.compare_digest(given_csrf, self.csrf):
+            return 403, "a browser's request needs the page's CSRF token"
+        request.state.who = "local"
+        return None
+
+
+def _cross_origin(request: Request) -> bool:
+    """Whether a request says it comes from a page of another origin."""
+    if request.headers.get("sec-fetch-site") == "cross-site":
+        return True
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    if origin == "null":
+        return True
+    host = request.headers.get("host", "")
+    return urlsplit(origin).netloc != host
+
+
+class Dashboard:
+    """The app's handlers over one source: pages, API, ``/metrics`` and ``/healthz``.
+
+    ``node``: the collector of a process that runs jobs (its run counters);
+    without one, ``/metrics`` has the store's state only. Raises
+    ``ValueError`` for an empty token.
+    """
+
+    def __init__(
+        self, source: Source, *, token: str | None = None, node: Collector | None = None
+    ) -> None:
+        self.source = source
+        self.access = Access(token)
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.globals.update(quote=lambda s: quote(str(s), safe=""),
+                                          printable=printable)  # fmt: skip
+        collector = node if node is not None else Collector(source, runs=False)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        self.notes: dict[str, dict[str, Any]] = {}  # job id -> its pause note, for everyone
+        self._rendered: dict[tuple[str, str, bool], tuple[float, Response]] = {}
+
+    def _shared(self, handler: Callable[[Request], Awaitable[Response]]) -> Any:
+        """``handler`` whose live part (``?fragment=1``), once rendered, is served again
+        for :data:`FRESH` s to every page asking for the same one (the same path, query
+        and access): a node's cost is one render per poll period, whatever the number
+        of open pages. A control clears them all."""
+
+        async def shared(request: Request) -> Response:
+            if request.query_params.get("fragment") != "1":
+                return await handler(request)
+            key = (request.url.path, request.url.query, self.access.logged_in(request))
+            now = time.monotonic()
+            cached = self._rendered.get(key)
+            if cached is not None and now - cached[0] < FRESH:
+                return cached[1]
+            response = await handler(request)
+            if len(self._rendered) > 1000:  # many distinct queries: start again
+                self._rendered.clear()
+            self._rendered[key] = (now, response)
+            return response
+
+        return shared
+
+    def page(
+        self, request: Request, name: str, context: dict[str, Any], status: int = 200
+    ) -> Response:
+        fragment = request.query_params.get("fragment") == "1"
+        if fragment:  # the live part alone, which the page fetches again every second
+            name = context.get("live") or name.replace(".html", "_live.html")
+        context = {
+            "base": request.scope.get("root_path", "").rstrip("/"),
+            "title": self.source.name,
+            "csrf": self.access.csrf if self.access.logged_in(request) else "",
+            "can_act": self.access.logged_in(request),
+            "needs_login": self.access.token is not None,
+            "fragment": fragment,
+            "notes": self.notes,
+            **context,
+        }
+        return self.templates.TemplateResponse(
+            request, name, context, status_code=status, headers=HEADERS
+        )
+
+    def rows(self, entries: list[Any], *, sparks: bool = False) -> list[JobRow]:
+        """The jobs as the list shows them; with ``sparks``, each with the sparkline of
+        its last :data:`SPARK` runs (one :meth:`Source.recent` read for them all)."""
+        now = time.time()
+        here = local_zone()  # once, not per job: it asks the OS
+        shown = []
+        recent = (
+            self.source.recent([str(e.info.task_id) for e in entries], SPARK) if sparks else {}
+        )
+        for entry in entries:
+            info, last = entry.info, entry.last
+            tz = here if entry.zone is None else job_zone(entry.zone)
+            shown.append(JobRow(
+                id=str(info.task_id),
+                status=str(info.status),
+                paused=info.paused,
+                next=time_shown(info.next_run_time, tz),
+                overdue=_overdue(info, now),
+                last=last.result if last else None,
+                last_time=time_shown(ran_at(last), tz) if last else "-",
+                error=first_line(last.error) if last else "",
+                schedule=described(info.schedule, tz),
+                unreadable=entry.unreadable,
+                spark=_spark(recent.get(str(info.task_id), [])),
+            ))  # fmt: skip
+        return shown
+
+    async def jobs_page(self, request: Request) -> Response:
+        """Every job, :data:`PAGE_ROWS` a page (``?after=ID`` for the next), or those
+        a filter (failed, paused, overdue) or a search of ids keeps. Unfiltered, one
+        page of the store's listing is read; filtered, the whole listing."""
+        wanted = request.query_params.get("filter", "")
+        search = request.query_params.get("q", "").strip().lower()
+        after = request.query_params.get("after") or None
+        if wanted or search:
+            entries = [
+                e for e in self.source.entries()
+                if _kept(e, wanted, time.time()) and search in str(e.info.task_id).lower()
+            ]  # fmt: skip
+            total: int | None = len(entries)
+            entries = [e for e in entries if after is None or str(e.info.task_id) > after]
+        else:
+            entries, total = self.source.entries(after=after, limit=PAGE_ROWS + 1), None
+        more = len(entries) > PAGE_ROWS
+        entries = entries[:PAGE_ROWS]
+        return self.page(request, "jobs.html", {
+            "rows": self.rows(entries, sparks=True), "total": total, "filter": wanted,
+            "q": search, "after": after,
+            "next_after": str(entries[-1].info.task_id) if more else None,
+        })  # fmt: skip
+
+    async def job_page(self, request: Request) -> Response:
+        """``GET /jobs/{id}``: one job (404 if unknown). Three reads and one history read."""
+        job_id = request.path_params["job_id"]
+        entry = self.source.entry(job_id)
+        if entry is None:
+            return self.page(request, "missing.html", {"job_id": job_id}, status=404)
+        info = entry.info
+        schedule = info.schedule if isinstance(info.schedule, Schedule) else None
+        tz = job_zone(entry.zone)
+        runs = self.source.history(job_id, HISTORY)
+        history = [
+            {
+                "at": time_shown(o.at, tz),
+                "result": o.result,
+                "attempt": o.attempt,
+                "started": time_shown(o.started, tz),
+                "took": None if o.started is None else max(0.0, o.finished - o.started),
+                "lag": None if o.started is None else o.started - o.at,
+                "error": o.error,
+                "output": o.value,
+                "owner": o.owner,
+            }
+            for o in runs
+        ]
+        return self.page(request, "job.html", {
+            "job": self.rows([entry])[0],
+            "zone": str(tz),
+            "upcoming": [time_shown(t, tz) for t in next_runs(schedule, info.next_run_time)],
+            "history": history,
+            "chart": _chart(list(reversed(history))),
+        })  # fmt: skip
+
+    async def failures_page(self, request: Request) -> Response:
+        """``GET /failures``: each job whose latest run failed or is retried, newest first."""
+        failed = [
+            e for e in self.source.entries() if e.last and e.last.result in ("failed", "retry")
+        ]
+        failed.sort(key=lambda e: e.last.finished if e.last else 0, reverse=True)
+        shown = [
+            {"id": str(e.info.task_id), "result": e.last.result,
+             "time": time_shown(ran_at(e.last), job_zone(e.zone)), "error": e.last.error or ""}
+            for e in failed if e.last
+        ]  # fmt: skip
+        return self.page(request, "live.html", {
+            "rows": shown, "heading": "Failures", "live": "failures_live.html",
+        })  # fmt: skip
+
+    async def nodes_page(self, request: Request) -> Response:
+        """``GET /nodes``: the runs each node holds now. One listing."""
+        leases = self.source.leases()
+        nodes: dict[str, list[dict[str, Any]]] = {}
+        for lease in leases:
+            nodes.setdefault(redacted(lease.node), []).append({
+                "id": lease.task_id, "due": time_shown(lease.due, job_zone(None)),
+                "until": time_shown(lease.until, job_zone(None)), "takeovers": lease.takeovers,
+            })  # fmt: skip
+        return self.page(request, "live.html", {
+            "nodes": nodes, "durable": self.source.durable, "heading": "Nodes",
+            "live": "nodes_live.html",
+        })  # fmt: skip
+
+    async def login_page(self, request: Request) -> Response:
+        """``GET /login``: the form that grants the controls (a redirect without a token)."""
+        if self.access.token is None:
+            return RedirectResponse(_base(request) + "/", 303)
+        return self.page(request, "login.html", {"wrong": False, "next": _next(request)})
+
+    async def login(self, request: Request) -> Response:
+        """``POST /login``: the token checked in constant time; the session cookie set."""
+        if self.access.token is None:
+            return RedirectResponse(_base(request) + "/", 303)
+        if _cross_origin(request):
+            return JSONResponse({"error": "a login from another origin is refused"}, 403)
+        form = await request.form()
+        given = str(form.get("token", ""))
+        target = _next(request, str(form.get("next", "")))
+        if not hmac.compare_digest(given.encode(), self.access.token.encode()):
+            log.warning("a login with a wrong token (from %s)", _client(request))
+            return self.page(request, "login.html", {"wrong": True, "next": target}, status=401)
+        response = RedirectResponse(target, 303)
+        response.set_cookie(SESSION, self.access.session, httponly=True, samesite="strict",
+                            path=_base(request) + "/")  # fmt: skip
+        log.info("login (from %s)", _client(request))
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        """``POST /logout``: the session cookie cleared."""
+        response = RedirectResponse(_base(request) + "/", 303)
+        response.delete_cookie(SESSION, path=_base(request) + "/")
+        return response
+
+    async def api_jobs(self, request: Request) -> Response:
+        """``GET /api/jobs``: the array of ``rota status --json``. One listing."""
+        return JSONResponse([status_json(e) for e in self.source.entries()])
+
+    async def api_job(self, request: Request) -> Response:
+        """``GET /api/jobs/{id}``: one of those objects; 404 if unknown."""
+        entry = self.source.entry(request.path_params["job_id"])
+        if entry is None:
+            return _unknown(request.path_params["job_id"])
+        return JSONResponse(status_json(entry))
+
+    async def api_history(self, request: Request) -> Response:
+        """``GET /api/jobs/{id}/history?limit=N``: ``rota history --json``; 404, 400."""
+        job_id = request.path_params["job_id"]
+        raw = request.query_params.get("limit", "20")
+        try:
+            limit = int(raw)
+        except ValueError:
+            limit = 0
+        if limit < 1:
+            return JSONResponse({"error": f"limit must be an integer >= 1, got {raw!r}"}, 400)
+        if self.source.entry(job_id) is None:
+            return _unknown(job_id)
+        return JSONResponse([history_entry(o) for o in self.source.history(job_id, limit)])
+
+    async def api_control(self, request: Request) -> Response:
+        """``POST /api/jobs/{id}/{operation}``: 200 with the job, 404, 409, or 401/403
+        as :class:`Access` says; one log line. One transaction."""
+        job_id, operation = request.path_params["job_id"], request.path_params["operation"]
+        if operation not in OPERATIONS:
+            return JSONResponse({"error": f"no operation {operation!r}"}, 404)
+        refused = self.access.refusal(request)
+        if refused is not None:
+            log.warning("%s %r refused (%s, from %s)", operation, job_id, refused[1],
+                        _client(request))  # fmt: skip
+            return JSONResponse({"error": refused[1]}, refused[0])
+        note = await _note(request)
+        applied = self.source.control(operation, job_id)
+        self._rendered.clear()  # the next poll shows the change
+        who = f"{request.state.who} from {_client(request)}"
+        if applied is None:
+            return _unknown(job_id)
+        log.info(
+            "%s: %s %r%s%s", who, operation, job_id,
+            f" (note: {note})" if note else "", "" if applied else ": did not apply",
+            extra={"who": who, "action": operation, "job": job_id, "note": note,
+                   "applied": applied},
+        )  # fmt: skip
+        if applied and operation == "pause":
+            self.notes[job_id] = {
+                "note": note,
+                "who": who,
+                "at": time_shown(time.time(), job_zone(None)),
+            }
+        elif applied and operation in ("resume", "cancel"):
+            self.notes.pop(job_id, None)
+        entry = self.source.entry(job_id)
+        body = status_json(entry) if entry is not None else {"id": job_id}
+        if not applied:
+            return JSONResponse({**body, "error": f"{operation} does not apply now"}, 409)
+        return JSONResponse(body)
+
+    async def metrics(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus text 0.0.4 (see :class:`rota.metrics.Collector`)."""
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+
+    async def healthz(self, request: Request) -> Response:
+        """``GET /healthz``: 200 while the store answers, else 503 with the reason."""
+        problem = self.source.check()
+        if problem is None:
+            return JSONResponse({"ok": True})
+        return JSONResponse({"ok": False, "reason": problem}, 503)
+
+    def app(self) -> Starlette:
+        """The Starlette app serving these handlers."""
+        routes = [
+            Route("/", self._shared(self.jobs_page)),
+            Route("/jobs/{job_id:path}", self._shared(self.job_page)),
+            Route("/failures", self._shared(self.failures_page)),
+            Route("/nodes", self._shared(self.nodes_page)),
+            Route("/login", self.login_page, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Route("/api/jobs", self.api_jobs),
+            Route("/api/jobs/{job_id:path}/history", self.api_history),
+            Route("/api/jobs/{job_id:path}/{operation}", self.api_control, methods=["POST"]),
+            Route("/api/jobs/{job_id:path}", self.api_job),
+            Route("/metrics", self.metrics),
+            Route("/healthz", self.healthz),
+            Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        ]
+        return Starlette(routes=routes)
+
+
+def _unknown(job_id: str) -> Response:
+    return JSONResponse({"error": f"no job {job_id!r}"}, 404)
+
+
+def _base(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _next(request: Request, given: str | None = None) -> str:
+    """Where a login goes next: a path of this app, never another site."""
+    target = given if given is not None else request.query_params.get("next", "")
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return _base(request) + "/"
+    return target
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+async def _note(request: Request) -> str:
+    """The optional note of a control (a form field or a JSON ``note``), one line."""
+    note: object = ""
+    kind = request.headers.get("content-type", "")
+    try:
+        if kind.startswith("application/json"):
+            body = json.loads(await request.body() or b"{}")
+            note = body.get("note", "") if isinstance(body, dict) else ""
+        elif kind.startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
+            note = (await request.form()).get("note", "")
+    except ValueError:
+        note = ""
+    return printable(str(note).strip())[:500]
+
+
+def _spark(runs: list[Any]) -> Markup:
+    """A sparkline of runs (newest first in, oldest left out), as inline SVG: per run
+    a bar whose height is its duration against the longest shown (at least a sliver)
+    and whose colour is its result. Built here rather than in the template: a list of
+    a thousand jobs would otherwise escape twenty attributes a bar."""
+    if not runs:
+        return Markup("")
+    took = [0.0 if o.started is None else max(0.0, o.finished - o.started) for o in runs]
+    top = max(took) or 1.0
+    bars = []
+    for i, (o, t) in enumerate(zip(reversed(runs), reversed(took), strict=True)):
+        height = max(2.0, t / top * 16)
+        result = o.result if o.result in RESULTS else escape(o.result)  # stored text
+        bars.append(
+            f'<rect class="{result}" x="{i * 5}" y="{18 - height:.1f}" width="4" '
+            f'height="{height:.1f}"><title>{result} in {t:.3f}s</title></rect>'
+        )
+    return Markup(
+        f'<svg width="100" height="18" viewBox="0 0 100 18" role="img" '
+        f'aria-label="the last {len(runs)} runs">{"".join(bars)}</svg>'
+    )
+
+
+def _overdue(info: Any, now: float) -> bool:
+    """Whether a job's next run is more than :data:`OVERDUE` s past and not paused."""
+    nxt = info.next_run_time
+    return nxt is not None and not info.paused and nxt < now - OVERDUE
+
+
+def _kept(entry: Any, wanted: str, now: float) -> bool:
+    """Whether the list's filter ``wanted`` keeps ``entry``."""
+    if wanted == "failed":
+        return entry.last is not None and entry.last.result in ("failed", "retry")
+    if wanted == "paused":
+        return bool(entry.info.paused)
+    if wanted == "overdue":
+        return _overdue(entry.info, now)
+    return True
+
+
+def _chart(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Duration and lag of the runs, oldest first, as SVG polyline points (server-side:
+    no chart library in the page)."""
+    points = [(h["took"], h["lag"]) for h in history if h["took"] is not None]
+    if len(points) < 2:
+        return None
+    width, height = 600, 120
+    top = max(max(t, lag, 0.0) for t, lag in points) or 1.0
+    step = width / (len(points) - 1)
+
+    def line(values: list[float]) -> str:
+        return " ".join(
+            f"{i * step:.1f},{height - max(v, 0.0) / top * (height - 10):.1f}"
+            for i, v in enumerate(values)
+        )
+
+    return {
+        "width": width, "height": height, "top": f"{top:.3g}s",
+        "duration": line([t for t, _ in points]), "lag": line([lag for _, lag in points]),
+    }  # fmt: skip
