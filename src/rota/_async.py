@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from ._driver import CLOCK_RETRY, Driver, OnOutcome, logger
+from ._driver import CLOCK_RETRY, NO_FAULT, Driver, OnOutcome, logger
 from ._engine import Task, run_at
 from ._events import Event, EventKind
 from ._scheduler import Scheduler
@@ -270,13 +270,32 @@ class AsyncRunner(Driver):
                 loop.call_soon_threadsafe(self._dispatch)
 
     def _dispatch(self) -> None:
-        """Run or hand off every due run, then arm a timer for the next one."""
+        """Run or hand off every due run, then arm a timer for the next one. A look
+        that raises (a store down, a clock or policy that raises) is tried again
+        after :data:`CLOCK_RETRY`: no ``Exception`` leaves the loop unarmed."""
         with self._wake_lock:
             self._wake_pending = False
         if self._stopping:
             return
-        self._dispatch_due()
-        self._arm()
+        try:
+            self._dispatch_due()
+        except Exception as exc:
+            self._look_failed("claiming due runs", exc)
+        try:
+            self._arm()
+        except Exception as exc:
+            self._look_failed("reading the next run's time", exc)
+            self._arm_retry()
+        else:
+            if self._fault is not NO_FAULT and not self._retry_soon:
+                self._fault = NO_FAULT
+
+    def _arm_retry(self) -> None:
+        assert self._loop is not None
+        if self._timer is not None:
+            self._timer.cancel()
+        self._retry_soon = False
+        self._timer = self._loop.call_later(CLOCK_RETRY, self._dispatch)
 
     def _arm(self) -> None:
         assert self._loop is not None
@@ -286,15 +305,14 @@ class AsyncRunner(Driver):
         head = self._scheduler._wake_time()
         if self._stopping:
             return
-        if self._clock_failed:  # read it again in a while
-            self._clock_failed = False
-            self._timer = self._loop.call_later(CLOCK_RETRY, self._dispatch)
+        if self._retry_soon:  # look again in a while
+            self._arm_retry()
             return
         if head is None or self._full:  # nothing due, or the pool has enough (see _poke)
             return
         delay = head - self._now()
-        if self._clock_failed:
-            self._clock_failed = False
+        if self._retry_soon:
+            self._retry_soon = False
             delay = CLOCK_RETRY
         if delay <= 0:
             self._wake()

@@ -48,8 +48,17 @@ runs_logger = logging.getLogger("rota.runs")
 OnOutcome = Callable[[RunOutcome], object]
 
 CLOCK_RETRY = 1.0
-"""Real seconds a dispatcher waits before reading a clock that just failed again:
-long enough not to spin or flood the log, short enough to recover promptly."""
+"""Real seconds a dispatcher waits before looking again after a clock, a store or a
+policy failed it: long enough not to spin, short enough to recover promptly."""
+
+FAULT_LOG_EVERY = 60
+"""A dispatcher's look that fails the same way again is logged once in this many
+times (about once a minute, at :data:`CLOCK_RETRY`): a store down for an hour logs
+about 60 lines, not 3,600. Counted, not timed: a runner reads no time but its
+scheduler's clock."""
+
+
+NO_FAULT = ("", 0)
 
 
 def is_fatal(error: BaseException | None) -> bool:
@@ -205,7 +214,8 @@ class Driver:
         self._stopping = False
         self._fatal: BaseException | None = None
         self._last_now: Time = 0
-        self._clock_failed = False
+        self._retry_soon = False
+        self._fault = NO_FAULT  # the last failure of a look, and how many in a row
         self._turns = Turns()
 
     # -- the clock -------------------------------------------------------
@@ -218,7 +228,7 @@ class Driver:
         """The clock's reading; if it raises or returns garbage, the last good one.
 
         The failure is logged at ERROR with its traceback and flags
-        ``_clock_failed`` so that the dispatcher waits :data:`CLOCK_RETRY`
+        ``_retry_soon`` so that the dispatcher waits :data:`CLOCK_RETRY`
         before trying again. A ``BaseException`` that is not an ``Exception``
         propagates (the caller completes its run with it). O(1).
         """
@@ -226,10 +236,33 @@ class Driver:
             now = time_from("the clock", self._clock())
         except Exception:
             logger.exception("the clock failed; using its last reading, %r", self._last_now)
-            self._clock_failed = True
+            self._retry_soon = True
             return self._last_now
         self._last_now = now
         return now
+
+    def _look_failed(self, what: str, error: Exception) -> None:
+        """A dispatcher's look at the schedule (``what``: claiming due runs, reading
+        the next run's time) raised: a store that cannot be reached, a clock or a
+        policy that raises. The dispatcher goes on: it looks again after
+        :data:`CLOCK_RETRY` real seconds. Logged at ERROR with the traceback; the
+        same failure again once in :data:`FAULT_LOG_EVERY` times. O(1)."""
+        self._retry_soon = True
+        key = f"{what} failed: {_one_line(error)}"
+        last, times = self._fault
+        times = times + 1 if key == last else 0
+        self._fault = (key, times)
+        if times % FAULT_LOG_EVERY == 0:
+            logger.error("%s failed (%d times in a row); the dispatcher looks again in %gs",
+                         what, times + 1, CLOCK_RETRY, exc_info=error)  # fmt: skip
+
+    def _dispatcher_ended(self, error: BaseException) -> None:
+        """The dispatcher ended with ``error`` (a fatal error, or a bug that escaped
+        :meth:`_look_failed`): never silently. It is kept as the runner's fatal error,
+        so :meth:`stop` and ``run_forever`` raise it (a process exits non-zero)."""
+        logger.critical("the dispatcher ended: %s; no run is claimed any more",
+                        _one_line(error), exc_info=error)  # fmt: skip
+        self._stop_for(error, "the dispatcher ended")
 
     # -- dispatching -----------------------------------------------------
 

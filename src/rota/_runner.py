@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from ._driver import CLOCK_RETRY, Driver, OnOutcome, logger
+from ._driver import CLOCK_RETRY, NO_FAULT, Driver, OnOutcome, logger
 from ._engine import Task
 from ._scheduler import Scheduler
 from ._types import Time
@@ -233,9 +233,12 @@ class Runner(Driver):
             self._cond.notify()
 
     def _serve(self) -> None:
-        """The dispatcher thread."""
+        """The dispatcher thread. Whatever ends it but :meth:`stop` is this runner's
+        fatal error, raised by :meth:`stop` and :meth:`run_forever`."""
         try:
             self._loop()
+        except BaseException as exc:
+            self._dispatcher_ended(exc)
         finally:
             self._scheduler._thread_done()
 
@@ -243,18 +246,30 @@ class Runner(Driver):
         # The head is read outside the lock (a durable scheduler reads its store), so
         # threads announcing new heads (_on_new_head) never wait on that read; a head
         # announced meanwhile that is earlier than the one read means: look again.
+        # A look that raises (a store down, a clock or policy that raises) is retried
+        # after CLOCK_RETRY: nothing but stop() or a fatal error ends this loop.
         scheduler = self._scheduler
         while True:
-            self._dispatch_due()
+            try:
+                self._dispatch_due()
+            except Exception as exc:
+                self._look_failed("claiming due runs", exc)
             with self._cond_lock:
                 self._news = math.inf
             full = self._full
-            head = None if full else scheduler._wake_time()
+            try:
+                head = None if full else scheduler._wake_time()
+            except Exception as exc:
+                self._look_failed("reading the next run's time", exc)
+                head = None
+            else:
+                if self._fault is not NO_FAULT and not self._retry_soon:
+                    self._fault = NO_FAULT  # looks work again: a new failure is logged
             with self._cond_lock:
                 if self._stopping:
                     return
-                if self._clock_failed:  # wait a while, then read the clock again
-                    self._clock_failed = False
+                if self._retry_soon:  # wait a while, then look again
+                    self._retry_soon = False
                     timeout: float | None = CLOCK_RETRY
                 elif full:  # the pool has enough runs: a finishing run pokes us
                     if not self._full:  # one finished while we looked
@@ -268,7 +283,7 @@ class Runner(Driver):
                     if self._news < head:
                         continue
                     timeout = head - self._now()
-                    if self._clock_failed:
+                    if self._retry_soon:
                         continue
                     if timeout <= 0:
                         continue

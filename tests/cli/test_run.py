@@ -422,3 +422,14 @@ def test_a_job_under_replace_ends_the_command_in_flight_for_the_next_slot(cli: C
     spans = sorted((h["started"], h["finished"]) for h in history)
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start  # one at a time: the next started once the last had ended
+
+
+def test_a_node_whose_runner_stops_by_itself_exits_non_zero(cli: Cli) -> None:
+    """An action that raises SystemExit stops the runner (a fatal error). Before, the
+    node went on idling, running nothing, until a signal, then exited 0."""
+    cli.write('[[jobs]]\nid = "quit"\nevery = "0.2s"\ncall = "sys:exit"\nargs = [3]\n')
+    proc = cli.start()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 70, err
+    assert "CRITICAL" in err
+    assert "the dispatcher had ended" in err

@@ -1634,6 +1634,49 @@ def test_a_runner_outlives_a_store_outage_and_loses_no_slot(
     assert slots[-1] > time.time() - 0.5  # and it caught up
 
 
+class FlakyTimeStore(FlakyStore):
+    """A flaky store that keeps time, as PostgreSQL's does (the server's clock): its
+    clock fails with it. When a wake-up could not read the store, the dispatcher fell
+    back to that clock, which raised out of its loop and ended it for good."""
+
+    def now(self) -> Any:
+        self._check()
+        return time.time()
+
+
+@pytest.mark.parametrize("runner", ["thread", "asyncio"])
+def test_a_runner_outlives_an_outage_of_a_store_that_keeps_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, runner: str
+) -> None:
+    store = FlakyTimeStore(tmp_path / "o.db")
+    sched = DurableScheduler(store, lease=0.5, poll=0.02)
+    sched.schedule("r", FixedRate(0.1), NOOP)
+
+    def outage(running: Callable[[], bool]) -> None:
+        time.sleep(0.5)
+        store.down = True  # the store's reads, writes and clock all fail
+        time.sleep(2.5)
+        assert running()
+        store.down = False
+        wait_until(lambda: max(run.slot for run in sched.history("r", 1)) > time.time() - 0.5, 10)
+        assert running()
+
+    if runner == "thread":
+        with Runner(sched) as thread:
+            outage(lambda: thread.is_running)
+    else:
+
+        async def main() -> None:
+            async with AsyncRunner(sched) as loop:
+                await asyncio.to_thread(outage, lambda: loop.is_running)
+
+        asyncio.run(main())
+    assert "failed (1 times in a row); the dispatcher looks again" in caplog.text
+    slots = sorted(run.slot for run in sched.history("r", 1000))
+    assert all(abs(b - a - 0.1) < 1e-6 for a, b in itertools.pairwise(slots))  # none lost
+    assert len(slots) == len(set(slots))  # each recorded once
+
+
 def test_the_job_decorator_declares_with_ensure(store: Store) -> None:
     clock = ManualClock(0)
     sched = DurableScheduler(store, clock=clock)

@@ -392,3 +392,30 @@ def test_async_runner_is_not_running_after_its_loop_closed() -> None:
 
     asyncio.run(main())
     assert not runner.is_running
+
+
+# -- a dispatcher that ends is never silent ----------------------------------------------
+
+
+class Bug(BaseException):
+    """What no dispatcher catches: a stand-in for a defect that escapes its loop."""
+
+
+def test_a_dispatcher_that_ends_makes_run_forever_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the thread died with "Exception in thread", run_forever returned, and a
+    library node exited 0, so a supervisor's Restart=on-failure did nothing."""
+    looks = 0
+
+    class Broken(Scheduler):
+        def _wake_time(self) -> Any:
+            nonlocal looks
+            looks += 1
+            if looks == 3:
+                raise Bug("escaped")
+            raise OSError("the store is down")  # an Exception: retried, never fatal
+
+    s = Broken(clock=ManualClock(0))
+    monkeypatch.setattr("rota._runner.CLOCK_RETRY", 0.01)
+    with pytest.raises(Bug, match="escaped"):
+        Runner(s).run_forever(signals=False)
+    assert looks == 3

@@ -30,6 +30,10 @@ from rota.store import StoreError
 
 log = logging.getLogger("rota.cli")
 
+DIED = 70
+"""``rota run``'s exit status when its dispatcher ended by itself (``EX_SOFTWARE``):
+non-zero, so ``Restart=on-failure`` and container restarts bring the node back."""
+
 
 def _listen(sched: DurableScheduler, notifier: Notifier) -> Callable[[], None]:
     """What ``rota run`` hears of its runs: each start (for the notifier's pings), and
@@ -72,8 +76,10 @@ def serve(
     its jobs are declared as at start-up, runs in flight going on; a file that
     no longer loads is logged at ERROR and the jobs run on as they were. A job
     whose stored row cannot be read (see ``rota status``) is logged and left
-    as it is; the others run. Returns 0. Raises ``CliError`` (exit 2) if a job
-    of the file is declared by another file on the store.
+    as it is; the others run. Returns 0, or :data:`DIED` if the runner's
+    dispatcher ended by itself (a fatal error; it is logged CRITICAL), so that a
+    supervisor restarts the node. Raises ``CliError`` (exit 2) if a job of the
+    file is declared by another file on the store.
     """
     stop, hangup, wake = threading.Event(), threading.Event(), threading.Event()
 
@@ -100,7 +106,7 @@ def serve(
             server.start()
         view = _live(sched) if live else None
         try:
-            while not stop.is_set():
+            while not stop.is_set() and runner.is_running:  # else: it ended by itself
                 wake.wait(0.5)
                 wake.clear()
                 if hangup.is_set():
@@ -112,11 +118,7 @@ def serve(
         finally:
             if view is not None:
                 view.close()
-        log.info("stopping: no new runs; waiting up to %gs for runs in flight", grace)
-        if not runner.stop(wait=True, timeout=grace):
-            log.warning("runs still in flight after %gs: terminating their commands", grace)
-            _command.stop_all()
-            runner.stop(wait=True, timeout=_command.KILL_GRACE + 1)
+        ended = _stop(runner, grace)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -125,8 +127,26 @@ def serve(
         notifier.close()
         if server is not None:
             server.stop()
+    if ended:
+        log.critical("stopped: the dispatcher had ended (see above); exit status %d", DIED)
+        return DIED
     log.info("stopped")
     return 0
+
+
+def _stop(runner: Runner, grace: float) -> bool:
+    """Stop ``runner``, giving runs in flight ``grace`` seconds before their commands
+    are terminated. Whether it had ended by itself (its fatal error, logged when it
+    ended, is what :meth:`Runner.stop` raises)."""
+    log.info("stopping: no new runs; waiting up to %gs for runs in flight", grace)
+    try:
+        if not runner.stop(wait=True, timeout=grace):
+            log.warning("runs still in flight after %gs: terminating their commands", grace)
+            _command.stop_all()
+            runner.stop(wait=True, timeout=_command.KILL_GRACE + 1)
+    except BaseException:
+        return True
+    return False
 
 
 def _dashboard(sched: DurableScheduler, web: tuple[str, int], token: str | None) -> Any:
