@@ -37,7 +37,7 @@ from ._engine import Task, run_at
 from ._events import Event, EventKind
 from ._scheduler import Scheduler, fatal
 from ._stats import Stats, StatsSnapshot
-from ._types import Result, RunCancelled, RunOutcome, Time, epoch_shown
+from ._types import Result, RunOutcome, Time, epoch_shown, recorded_result
 from ._validate import time_from
 
 logger = logging.getLogger("rota.runner")
@@ -499,16 +499,15 @@ class Driver:
         """
         self._stats.record(outcome)
         error = outcome.error
-        result = outcome.result
-        cancelled = isinstance(error, RunCancelled)  # someone asked for it: no alert
+        result = recorded_result(outcome.result, error)  # cancelled: someone asked, no alert
         level = (
-            logging.ERROR if result is Result.FAILED and not cancelled
+            logging.ERROR if result is Result.FAILED
             else logging.WARNING if result is Result.RETRY
             else logging.INFO
         )  # fmt: skip
         if runs_logger.isEnabledFor(level):
             summary = None if error is None else _one_line(error)
-            shown = "cancelled" if cancelled else str(result)
+            shown = str(result)
             runs_logger.log(
                 level,
                 "task %r: run at %s %s (attempt %d) in %s, lag %s%s",

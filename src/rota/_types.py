@@ -44,13 +44,17 @@ class Status(StrEnum):
 
 
 class Result(StrEnum):
-    """How one run ended: ``ok``, ``retry`` (failed, a retry is queued) or ``failed``."""
+    """How one run ended: ``ok``, ``retry`` (failed, a retry is queued) or ``failed``;
+    and ``cancelled``, a run that a cancel ended (its error a :class:`RunCancelled`),
+    as that run is recorded and shown (:func:`recorded_result`): the runners report
+    it ``failed``, as any failing run of a cancelled task."""
 
     __hash__ = str.__hash__  # as for Status
 
     OK = "ok"
     RETRY = "retry"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 SKIP_REASONS = ("misfire", "overlap", "deadline")
@@ -150,6 +154,13 @@ class RunCancelled(Exception):  # noqa: N818 - it names what happened to the run
     is, but logged at INFO as ``cancelled`` (nobody is alerted: someone asked
     for it), and a durable store's history records it as ``cancelled``.
     """
+
+
+def recorded_result(result: Result, error: BaseException | None) -> Result:
+    """The result a run is recorded, logged, counted and shown with: ``cancelled``
+    for a run that a cancel ended (``error`` a :class:`RunCancelled`), else its own
+    ``result``. The one rule every store, log line, metric and page follows. O(1)."""
+    return Result.CANCELLED if isinstance(error, RunCancelled) else result
 
 
 FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})

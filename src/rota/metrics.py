@@ -38,6 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector as _PrometheusCollector
 
 from rota import Event, EventKind, Result, RunOutcome, Scheduler, Status
+from rota._types import recorded_result
 from rota.observe import Source, leases_of, source
 from rota.store import redacted
 
@@ -137,10 +138,7 @@ class Collector(_PrometheusCollector):
                         labels.add(job)
                     else:
                         job = OTHER
-                if error is not None and type(error).__name__ == "RunCancelled":
-                    key = (job, "cancelled")
-                else:
-                    key = (job, _RESULTS[result])
+                key = (job, _RESULTS[result if error is None else recorded_result(result, error)])
                 runs[key] = runs.get(key, 0) + 1
                 if ended is not None:
                     durations.add(job, ended - started)

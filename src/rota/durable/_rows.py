@@ -19,7 +19,7 @@ from typing import Any
 from rota._engine import WINDOWS, Engine, Task, run_state
 from rota._policy import Plan, RetryPolicy, Schedule, jitter_offset
 from rota._scheduler import OVERLAP_ATTRIBUTES
-from rota._types import FINISHED, Action, RunCancelled, RunOutcome, Status, Time
+from rota._types import FINISHED, Action, RunOutcome, Status, Time, recorded_result
 from rota.store import OutcomeRow, TaskRow
 
 from . import _codec
@@ -353,7 +353,7 @@ def outcome_row(
             outcome.attempt,
             row.fence,
             outcome.at,
-            "cancelled" if isinstance(error, RunCancelled) else str(outcome.result),
+            str(recorded_result(outcome.result, error)),
             text,
             outcome.started,
             finished,
