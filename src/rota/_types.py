@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import traceback
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
@@ -154,6 +156,37 @@ class RunCancelled(Exception):  # noqa: N818 - it names what happened to the run
     is, but logged at INFO as ``cancelled`` (nobody is alerted: someone asked
     for it), and a durable store's history records it as ``cancelled``.
     """
+
+
+_OWN_ERROR = re.compile(r"rota(?:\.\w+)+: ")
+"""The type of one of rota's own errors as ``traceback`` names it: a private path
+(``rota.cli._command.CommandError: ``), which says nothing its message does not."""
+
+
+def error_shown(text: str | None) -> str | None:
+    """A run's recorded error as people read it: the one rendering of ``history``,
+    ``check``, the API, the pages and what stores record (:func:`error_text`).
+
+    rota's own errors (a command's exit status, a cancel, a lost lease) are their
+    message alone; Python's and the user's keep their type (``ValueError: bad
+    input``, ``myapp.errors.Upstream: 503``); an empty output block is left out
+    (rows recorded before said ``output:`` with nothing after it). Idempotent.
+    O(len(text))."""
+    if text is None:
+        return None
+    text = text.strip()
+    own = _OWN_ERROR.match(text)
+    if own is not None:
+        text = text[own.end() :]
+    if text.endswith("\noutput:"):
+        text = text[: -len("\noutput:")].rstrip()
+    return text
+
+
+def error_text(error: BaseException) -> str:
+    """What is recorded of a run's ``error``: :func:`error_shown` of its
+    ``traceback.format_exception_only`` (its type, message and notes). O(len)."""
+    return error_shown("".join(traceback.format_exception_only(error))) or type(error).__name__
 
 
 def recorded_result(result: Result, error: BaseException | None) -> Result:

@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from typing import Any, NamedTuple, Protocol
 
 from rota import DurableScheduler, Event, EventKind, Scheduler, TaskInfo
-from rota._types import recorded_result
+from rota._types import error_text, recorded_result
 from rota.durable import Entry, zone_of
 from rota.report import status_entry
 from rota.store import OutcomeRow, redacted
@@ -201,7 +201,7 @@ class MemorySource:
         at = outcome.at + shift
         row = OutcomeRow(
             key, at, outcome.attempt, 0, at, str(recorded_result(outcome.result, error)),
-            None if error is None else f"{type(error).__name__}: {error}",
+            None if error is None else error_text(error),
             outcome.started + shift, now + shift, outcome.skipped, None,
             None if outcome.value is None else repr(outcome.value)[:4000],
             None if not outcome.skipped else OutcomeRow.skips_text(outcome.skipped_by),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rota import ManualClock, Scheduler
+from rota._types import error_shown
 from rota.schedules import FixedDelay, FixedRate, Once, Schedule
 
 if TYPE_CHECKING:  # the command's plan needs neither
@@ -93,7 +94,7 @@ def history_entry(o: OutcomeRow) -> dict[str, Any]:
     ``finished``, ``skipped`` (and ``skipped_by``: the same by reason), ``owner``,
     ``output``. O(1)."""
     return {
-        "at": o.at, "result": o.result, "attempt": o.attempt, "error": o.error,
+        "at": o.at, "result": o.result, "attempt": o.attempt, "error": error_shown(o.error),
         "started": o.started, "slot": o.slot, "finished": o.finished,
         "skipped": o.skipped, "skipped_by": dict(o.skips()), "owner": o.owner,
         "output": o.value,

@@ -152,8 +152,9 @@ def _failure(how: str, output: str) -> str:
     """A failed command's message: how it ended and its output's last line, on the first
     line (what a log line shows); then the output's tail."""
     lines = output.strip().splitlines()
-    last = f": {lines[-1].strip()}" if lines else " (no output)"
-    return f"{how}{last}\noutput:\n{output}"
+    if not lines:
+        return f"{how} (no output)"
+    return f"{how}: {lines[-1].strip()}\noutput:\n{output}"
 
 
 LINE = 1000

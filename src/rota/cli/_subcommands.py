@@ -13,7 +13,7 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rota._types import FINISHED
+from rota._types import FINISHED, error_shown
 from rota.cli._jobfile import duration, instant, load, zone
 from rota.report import (
     history_entry,
@@ -230,7 +230,7 @@ def _history(args: argparse.Namespace) -> int:
         )  # fmt: skip
         skipped = f", {o.skipped} skipped before" if o.skipped else ""
         print(f"{time_shown(o.at, tz)}  {o.result:9} attempt {o.attempt}{took}{skipped}")
-        for text in (o.error, o.value):
+        for text in (error_shown(o.error), o.value):
             if text:
                 for line in text.strip().splitlines()[-10:]:
                     print(f"    {line}")
@@ -333,7 +333,7 @@ def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, st
     info, last, unreadable, zone_name = entry.info, entry.last, entry.unreadable, entry.zone
     tz = job_zone(zone_name)
     if last is not None and last.result == "failed":
-        error = (last.error or "failed").strip().splitlines()
+        error = (error_shown(last.error) or "failed").splitlines()
         first = error[0] if error else ""
         return "failed", f"its run at {time_shown(ran_at(last), tz)} failed: {first}"
     status = str(info.status)

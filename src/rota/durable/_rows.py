@@ -12,14 +12,13 @@ therefore the engine's, whether a task lives in memory or in a database.
 from __future__ import annotations
 
 import json
-import traceback
 from collections import deque
 from typing import Any
 
 from rota._engine import WINDOWS, Engine, Task, run_state
 from rota._policy import Plan, RetryPolicy, Schedule, jitter_offset
 from rota._scheduler import OVERLAP_ATTRIBUTES
-from rota._types import FINISHED, Action, RunOutcome, Status, Time, recorded_result
+from rota._types import FINISHED, Action, RunOutcome, Status, Time, error_text, recorded_result
 from rota.store import OutcomeRow, TaskRow
 
 from . import _codec
@@ -343,7 +342,7 @@ def outcome_row(
     """The stored record of a run of ``row``'s current slot (or of ``slot``, a
     concurrent task's run)."""
     error = outcome.error
-    text = None if error is None else "".join(traceback.format_exception_only(error)).strip()
+    text = None if error is None else error_text(error)
     value = outcome.value
     return new_tuple(  # an OutcomeRow
         OutcomeRow,

@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from rota._types import error_shown
 from rota.metrics import Collector
 from rota.observe import OPERATIONS, Source, status_json
 from rota.report import (
@@ -252,7 +253,7 @@ class Dashboard:
                 overdue=_overdue(info, now),
                 last=last.result if last else None,
                 last_time=time_shown(ran_at(last), tz) if last else "-",
-                error=first_line(last.error) if last else "",
+                error=first_line(error_shown(last.error)) if last else "",
                 schedule=described(info.schedule, tz),
                 unreadable=entry.unreadable,
                 spark=_spark(recent.get(str(info.task_id), [])),
@@ -301,7 +302,7 @@ class Dashboard:
                 "started": time_shown(o.started, tz),
                 "took": None if o.started is None else max(0.0, o.finished - o.started),
                 "lag": None if o.started is None else o.started - o.at,
-                "error": o.error,
+                "error": error_shown(o.error),
                 "output": o.value,
                 "owner": o.owner,
             }
@@ -323,7 +324,8 @@ class Dashboard:
         failed.sort(key=lambda e: e.last.finished if e.last else 0, reverse=True)
         shown = [
             {"id": str(e.info.task_id), "result": e.last.result,
-             "time": time_shown(ran_at(e.last), job_zone(e.zone)), "error": e.last.error or ""}
+             "time": time_shown(ran_at(e.last), job_zone(e.zone)),
+             "error": error_shown(e.last.error) or ""}
             for e in failed if e.last
         ]  # fmt: skip
         return self.page(request, "live.html", {
