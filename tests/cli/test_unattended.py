@@ -75,7 +75,7 @@ def test_the_job_file_is_the_desired_state_and_sighup_reloads_it(cli: Cli) -> No
     )  # fmt: skip
     proc.send_signal(signal.SIGHUP)
     cli.wait(lambda: "new" in ran(cli), 60)
-    assert _task(cli, "drop")["status"] == "cancelled"  # removed: history kept
+    assert _task(cli, "drop") == {}  # removed: not listed, its history kept
     assert cli.json("history", "drop")[0]["result"] == "ok"
     assert _task(cli, "change")["status"] == "scheduled"
     cli.write("[[jobs]]\nthis is not toml")
@@ -468,3 +468,21 @@ def test_a_loud_command_leaves_the_nodes_memory_flat(cli: Cli) -> None:
     assert record["output"].rstrip().endswith("last line")
     assert len(record["output"]) <= 2000 + len("...")  # the tail, its cut marked
     assert peak - before < 30 * 2**20, (before / 2**20, peak / 2**20)
+
+
+def test_a_job_removed_from_its_file_finishes_its_run_in_flight(cli: Cli) -> None:
+    """SIGHUP with a job gone from the file: its command, running, is not ended (it
+    was: the node took the removal for a cancel), and it is no longer listed."""
+    slow = '[[jobs]]\nid = "slow"\nevery = "1h"\nstart = "2020-01-01T00:00:00Z"\n'
+    slow += 'misfire = "coalesce"\ncommand = "echo started >> $OUT; sleep 2; echo done >> $OUT"\n'
+    cli.write(slow + job("keep"))
+    proc = cli.start()
+    cli.wait(lambda: "started" in cli.lines(), 30)
+    cli.write(job("keep"))
+    proc.send_signal(signal.SIGHUP)
+    cli.wait(lambda: "done" in cli.lines(), 30)
+    [run] = cli.json("history", "slow")
+    assert run["result"] == "ok"
+    assert "slow" not in [task["id"] for task in cli.json("status")]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0

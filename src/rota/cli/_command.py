@@ -261,9 +261,10 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def stop_cancelled(status_of: Callable[[str], object], grace: float = KILL_GRACE) -> None:
-    """End the commands whose jobs were cancelled (``status_of(job_id)`` is
-    ``"cancelled"``, from any process): SIGTERM to the process group, SIGKILL once
+def stop_cancelled(cancelled: Callable[[str], bool], grace: float = KILL_GRACE) -> None:
+    """End the commands whose jobs were cancelled (``cancelled(job_id)``, from any
+    process; a job its file no longer declares is not: its run in flight finishes):
+    SIGTERM to the process group, SIGKILL once
     ``grace`` seconds passed without it ending. Their runs end in
     :class:`~rota.durable.RunCancelled`, recorded as ``cancelled``. Called often
     (``rota run`` does, twice a second); one status read per running command,
@@ -278,10 +279,10 @@ def stop_cancelled(status_of: Callable[[str], object], grace: float = KILL_GRACE
                 _kill_group(proc)
             continue
         try:
-            cancelled = status_of(str(job)) == "cancelled"
+            ended = cancelled(str(job))
         except Exception:  # the store is down: try again on the next call
             continue
-        if cancelled:
+        if ended:
             _end(proc, "cancelled", now)
             log.info("job %r: cancelled while running: ending its command", job)
 

@@ -18,13 +18,13 @@ from datetime import datetime, tzinfo
 from types import FrameType
 from typing import Any
 
-from rota import EventKind, Runner
+from rota import EventKind, Runner, Status
 from rota.cli import _command
 from rota.cli._jobfile import COMMAND, Job, JobFileError
 from rota.cli._notify import Notifier
 from rota.cli._secrets import ScrubFormatter
 from rota.cli._subcommands import CliError, bind
-from rota.durable import DurableScheduler, Entry, resolve_path
+from rota.durable import DurableScheduler, Entry, removed, resolve_path
 from rota.report import first_line, job_zone, printable, ran_at
 from rota.store import StoreError
 
@@ -112,7 +112,7 @@ def serve(
                 if hangup.is_set():
                     hangup.clear()
                     _reload(sched, owner, reload, notifier)
-                _command.stop_cancelled(sched.status)
+                _command.stop_cancelled(lambda job: _cancelled(sched, job))
                 if view is not None:
                     view.refresh()
         finally:
@@ -132,6 +132,13 @@ def serve(
         return DIED
     log.info("stopped")
     return 0
+
+
+def _cancelled(sched: DurableScheduler, job: str) -> bool:
+    """Whether ``job``'s running command must end: its task was cancelled, not removed
+    from its file (a removed job's run in flight finishes). One read."""
+    row = sched.store.get(job)
+    return row is not None and row.status == Status.CANCELLED and not removed(row)
 
 
 def _stop(runner: Runner, grace: float) -> bool:

@@ -18,6 +18,7 @@ from ._scheduler import (
     GivenBack,
     LeaseExpired,
     StoredError,
+    removed,
     zone_of,
 )
 
@@ -29,6 +30,7 @@ __all__ = [
     "RunCancelled",
     "StoredError",
     "json_value",
+    "removed",
     "resolve_path",
     "zone_of",
 ]

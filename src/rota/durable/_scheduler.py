@@ -470,10 +470,11 @@ class DurableScheduler(Scheduler):
 
     def remove(self, task_id: Hashable) -> bool:
         """Withdraw a task's declaration: it is cancelled as :meth:`cancel` does (a run
-        in flight finishes; its history stays readable) and marked removed, so that
-        declaring it again (:meth:`ensure` with an ``owner``) adds it anew. What
-        ``rota run`` does to the jobs its file no longer declares. ``False`` if the
-        task is unknown or finished. One transaction.
+        in flight finishes; its history stays readable) and marked removed: no longer
+        listed (:meth:`listing`), and declaring it again (:meth:`ensure` with an
+        ``owner``) adds it anew. What ``rota run`` does to the jobs its file no
+        longer declares. ``False`` if the task is unknown or finished. One
+        transaction.
         """
         if not isinstance(task_id, str):
             return False
@@ -747,26 +748,35 @@ class DurableScheduler(Scheduler):
         :meth:`tasks` is: for each an :class:`Entry`, its :class:`~rota.TaskInfo`
         (by the rule ``info`` follows) with its latest stored outcome, which a
         finished task keeps too, and why its row cannot be read here, if it cannot.
-        What the command's ``status`` and live view show. One query, linear in the
-        rows returned. Raises as :meth:`tasks` does.
+        Tasks withdrawn by :meth:`remove` are not listed (their history stays
+        readable through :meth:`history`). What the command's ``status``, the API and
+        the pages show. One query, linear in the rows returned (one more for a page
+        that removed tasks left short). Raises as :meth:`tasks` does.
         """
         if limit is not None and _validate.count("limit", limit) < 1:
             raise ValueError(f"limit must be >= 1 or None, got {limit!r}")
         if after is not None and not isinstance(after, str):
             raise TypeError(f"after must be a task id (str) or None, got {after!r}")
-        return [
-            Entry(
-                self._info(row, last),
-                last,
-                row.unreadable,
-                zone_of(row),
-                row.owner,
-                row.lease_until,
-                row.expiries,
-                row.due,
-            )
-            for row, last in self._store.page(after, limit, unfinished=unfinished)
-        ]
+        entries: list[Entry] = []
+        while True:
+            page = self._store.page(after, limit, unfinished=unfinished)
+            entries += [
+                Entry(
+                    self._info(row, last),
+                    last,
+                    row.unreadable,
+                    zone_of(row),
+                    row.owner,
+                    row.lease_until,
+                    row.expiries,
+                    row.due,
+                )
+                for row, last in page
+                if not removed(row)
+            ]
+            if limit is None or len(page) < limit or len(entries) >= limit:
+                return entries[:limit]
+            after = page[-1][0].task_id
 
     def history(self, task_id: str, limit: int = 20) -> list[OutcomeRow]:
         """The task's latest ``limit`` recorded runs, newest first. One read."""
@@ -1711,6 +1721,13 @@ def zone_of(row: TaskRow) -> str | None:
     """The zone name stored with a task (``ensure(..., zone=)``), or ``None``. O(1)."""
     zone = row.spec.get("zone") if isinstance(row.spec, dict) else None
     return zone if isinstance(zone, str) else None
+
+
+def removed(row: TaskRow) -> bool:
+    """Whether a task was withdrawn by :meth:`DurableScheduler.remove` (a job its file
+    no longer declares) and not declared again since. O(1)."""
+    spec = row.spec
+    return row.status == Status.CANCELLED and isinstance(spec, dict) and bool(spec.get("removed"))
 
 
 class StoredError(Exception):
