@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from rota import ManualClock, Scheduler
+from rota import ManualClock, Scheduler, TaskInfo
 from rota._types import error_shown
 from rota.schedules import FixedDelay, FixedRate, Once, Schedule
 
@@ -158,3 +158,36 @@ def next_runs(schedule: Schedule | None, first: float | None, count: int = 5) ->
         clock.set(max(head, first))
         runs += [o.at for o in planner.tick(clock()) if o.at > runs[-1]]
     return runs[:count]
+
+
+GRACE = 60.0
+"""Seconds past its time before a job counts as overdue, at least (``check``)."""
+
+
+def grace(schedule: object, due: float) -> float:
+    """How late a run due at ``due`` may be before its job is overdue (no node runs it):
+    :data:`GRACE`, or one period of its ``schedule`` if longer. O(1)."""
+    period = getattr(schedule, "period", None)
+    if period is None and schedule is not None and hasattr(schedule, "start"):
+        try:
+            cursor = schedule.start(due)
+            first = cursor.next(due)
+            second = None if first is None else cursor.next(first)
+            if first is not None and second is not None:
+                period = second - first
+        except Exception:  # a schedule this rota cannot step: the minute holds
+            period = None
+    return max(GRACE, float(period or 0))
+
+
+def overdue(info: TaskInfo, now: float) -> bool:
+    """Whether a scheduled job's next run is past its :func:`grace` at ``now`` and it
+    is not paused: no node is running it. The one rule of ``rota check``,
+    ``rota status``'s marker and the dashboard's. O(1)."""
+    due = info.next_run_time
+    return (
+        str(info.status) == "scheduled"
+        and not info.paused
+        and due is not None
+        and now - due > grace(info.schedule, due)
+    )

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
+import shutil
 import sys
 import tomllib
 from collections.abc import Callable
@@ -175,6 +177,11 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
     jobs = data.get("jobs", [])
     if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
         raise JobFileError(f"{path}: jobs must be [[jobs]] tables")
+    if not jobs:
+        raise JobFileError(
+            f"{path}: no [[jobs]]: a job file declares at least one job (to withdraw all "
+            "of a file's jobs, stop its nodes and `rota cancel` each)"
+        )
     seen: set[str] = set()
     loaded = []
     for index, raw in enumerate(jobs):
@@ -229,6 +236,12 @@ def _command(
         isinstance(command, list) and command and all(isinstance(a, str) for a in command)
     ):
         raise JobFileError(f"{key('command')}: a non-empty string or list of strings is required")
+    missing = _missing_program(command)
+    if missing is not None:
+        raise JobFileError(
+            f"{key('command')}: no program {missing!r} on the PATH; give its path "
+            f"(e.g. '/opt/app/bin/{missing}') if it will be installed later"
+        )
     kwargs: dict[str, Any] = {}
     if "env" in raw:
         env = raw["env"]
@@ -253,6 +266,88 @@ def _command(
             raise JobFileError(f"{key('cwd')}: a directory (a non-empty string) is required")
         kwargs["cwd"] = cwd
     return COMMAND, [command, timeout], kwargs or None
+
+
+MIN_PERIOD = 0.1
+"""The shortest ``every`` a job file accepts, in seconds (see ``docs/cli.md``)."""
+
+SHELL_WORDS = frozenset(
+    [
+        "!",
+        "{",
+        "}",
+        "(",
+        "[",
+        "[[",
+        ".",
+        ":",
+        "alias",
+        "bg",
+        "break",
+        "case",
+        "cd",
+        "command",
+        "continue",
+        "eval",
+        "exec",
+        "exit",
+        "export",
+        "false",
+        "fc",
+        "fg",
+        "for",
+        "function",
+        "getopts",
+        "hash",
+        "if",
+        "jobs",
+        "kill",
+        "local",
+        "read",
+        "readonly",
+        "return",
+        "set",
+        "shift",
+        "source",
+        "test",
+        "times",
+        "trap",
+        "true",
+        "type",
+        "ulimit",
+        "umask",
+        "unalias",
+        "unset",
+        "until",
+        "wait",
+        "while",
+    ]
+)
+"""The shell's keywords and builtins: a command string may start with one, which no
+program on the PATH need be."""
+
+
+def _missing_program(command: str | list[str]) -> str | None:
+    """The program a ``command`` starts, if it is a bare name found nowhere on the PATH
+    (a typo, a package not installed). Not checked: a path (``./run.sh``,
+    ``/opt/x``: it may be installed after the file is written), a shell string that
+    starts with a builtin, an assignment, an expansion or anything that is not a
+    plain word. O(PATH) lookups."""
+    if isinstance(command, str):
+        try:
+            words = shlex.split(command)
+        except ValueError:  # unbalanced quotes: the shell will say so at the run
+            return None
+        if not words:
+            return None
+        program = words[0]
+        if program in SHELL_WORDS or not re.fullmatch(r"[\w.+-]+", program):
+            return None
+    else:
+        program = command[0]
+    if "/" in program or shutil.which(program) is not None:
+        return None
+    return program
 
 
 def _enqueue(
@@ -459,6 +554,12 @@ def _call(
 def _when(raw: dict[str, Any], kind: str, tz: tzinfo, key: Any) -> Schedule:
     if kind == "every":
         period = duration(raw["every"], key("every"))
+        if period < MIN_PERIOD:
+            raise JobFileError(
+                f"{key('every')}: {raw['every']!r} is below the floor of 100ms: each run is "
+                "a claim and a commit in the store (and a process, for a command), so a "
+                "shorter period is a busy loop, not a schedule"
+            )
         if "start" in raw:
             return FixedRate(period, start=instant(raw["start"], key("start"), tz))
         return FixedRate(period, delay=period)

@@ -213,7 +213,8 @@ def declare(sched: DurableScheduler, jobs: list[Job], owner: str, *, strict: boo
     (``DurableScheduler.remove``: cancelled, history kept). Jobs of other files and
     of the library are not touched; a job whose id another owner holds is skipped
     (logged), or, with ``strict`` (start-up), refused: ``CliError`` (exit 2), before
-    anything is written. One read per job, one listing of the unfinished rows."""
+    anything is written. Jobs that stay cancelled (see ``docs/cli.md``) are named
+    in a WARNING. Two reads per job, one listing of the unfinished rows."""
     added = 0
     conflicts = _conflicts(sched, jobs, owner)
     if strict and conflicts:
@@ -246,6 +247,12 @@ def declare(sched: DurableScheduler, jobs: list[Job], owner: str, *, strict: boo
         len(jobs), sched.store, added, len(removed),
         f": {', '.join(removed)}" if removed else "",
     )  # fmt: skip
+    idle = [job.id for job in jobs if job.id not in conflicts and _cancelled(sched, job.id)]
+    if idle:
+        log.warning(
+            "%d cancelled jobs will not run until their definition in the file changes: %s",
+            len(idle), ", ".join(idle),
+        )  # fmt: skip
 
 
 def _reload(

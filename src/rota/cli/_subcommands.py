@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 from rota._types import FINISHED, error_shown
 from rota.cli._jobfile import duration, instant, load, zone
 from rota.report import (
+    grace,
     history_entry,
     job_zone,
     local_zone,
+    overdue,
     printable,
     ran_at,
     status_entry,
@@ -52,6 +54,12 @@ def _scheduler(url: str, *, create: bool = False) -> Any:
         raise CliError(2, f"--store {redacted(url)}: {exc}") from None
     except Exception as exc:  # e.g. sqlite3.OperationalError: unable to open database file
         raise CliError(2, f"--store {redacted(url)}: {exc}") from None
+
+
+def _now(sched: DurableScheduler) -> float:
+    """The time a listing is judged at: the store's own (PostgreSQL's), else this host's."""
+    own = sched.store.now()
+    return time.time() if own is None else own
 
 
 def _zone(name: str | None) -> tzinfo | None:
@@ -177,20 +185,23 @@ def _web(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     sched = _scheduler(args.store)
-    entries = [status_entry(entry) for entry in _listing(sched)]
+    listed = list(_listing(sched))
+    entries = [status_entry(entry) for entry in listed]
     if args.json:
         print(json.dumps(entries))
         return 0
     override = _zone(args.tz)
+    now = _now(sched)
     print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':30} LAST RUN")
-    for e in entries:
+    for entry, e in zip(listed, entries, strict=True):
         tz = job_zone(e["zone"], override)
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
+        late = " (overdue)" if overdue(entry.info, now) else ""
         notes = [] if e["last"] is None else [f"{e['last']} ({time_shown(e['last_started'], tz)})"]
         if e["unreadable"]:
             notes.append(f"cannot be read here: {e['unreadable']}")
         last = "; ".join(notes) or "-"
-        print(f"{e['id']:24} {status:10} {time_shown(e['next'], tz):30} {last}")
+        print(f"{e['id']:24} {status:10} {time_shown(e['next'], tz) + late:30} {last}")
     return 0
 
 
@@ -298,16 +309,11 @@ def _why_not(sched: DurableScheduler, operation: str, task_id: str) -> str:
     return f"a run of it is {status} now; trigger it once that run ended"
 
 
-GRACE = 60.0
-"""Seconds past its time before a job counts as overdue, at least (``check``)."""
-
-
 def _check(args: argparse.Namespace) -> int:
     """``rota check``: 0 when every job is healthy, 1 when one's last run failed or
     one is overdue (no node runs it), 2 when the store cannot be read."""
     sched = _scheduler(args.store)
-    own = sched.store.now()
-    now = time.time() if own is None else own
+    now = _now(sched)
     problems = []
     try:
         for entry in _listing(sched):
@@ -329,7 +335,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, str] | None:
     """``(problem, detail)`` for an unhealthy job, or ``None``: its last run failed for
-    good, or its run is overdue past :func:`_grace` (no node is running it)."""
+    good, or its run is overdue past :func:`~rota.report.grace` (no node runs it)."""
     info, last, unreadable, zone_name = entry.info, entry.last, entry.unreadable, entry.zone
     tz = job_zone(zone_name)
     if last is not None and last.result == "failed":
@@ -342,38 +348,21 @@ def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, st
     if unreadable:
         return "overdue", f"its stored row cannot be read here ({unreadable})"
     if status == "scheduled" and info.next_run_time is not None:
-        late = now - info.next_run_time
-        if late > _grace(info.schedule, info.next_run_time):
+        if overdue(info, now):
             return "overdue", (
-                f"its run at {time_shown(info.next_run_time, tz)} is {late:.0f}s late: "
-                "no node is running it"
+                f"its run at {time_shown(info.next_run_time, tz)} is "
+                f"{now - info.next_run_time:.0f}s late: no node is running it"
             )
         return None
     row = sched.store.get(str(info.task_id))  # queued or running: is its lease alive?
     if row is not None and row.lease_until is not None:
         late = now - row.lease_until
-        if late > _grace(info.schedule, row.due):
+        if late > grace(info.schedule, row.due):
             return "overdue", (
                 f"its run at {time_shown(row.due, tz)} was claimed by {row.owner}, whose lease "
                 f"ran out {late:.0f}s ago: no node is running it"
             )
     return None
-
-
-def _grace(schedule: object, due: float) -> float:
-    """How late a run may be before its job is overdue: a minute, or one period of its
-    schedule if longer."""
-    period = getattr(schedule, "period", None)
-    if period is None and schedule is not None and hasattr(schedule, "start"):
-        try:
-            cursor = schedule.start(due)
-            first = cursor.next(due)
-            second = None if first is None else cursor.next(first)
-            if first is not None and second is not None:
-                period = second - first
-        except Exception:  # a schedule this rota cannot step: the minute holds
-            period = None
-    return max(GRACE, float(period or 0))
 
 
 def _import_crontab(args: argparse.Namespace) -> int:

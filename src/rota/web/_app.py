@@ -41,6 +41,7 @@ from rota.report import (
     job_zone,
     local_zone,
     next_runs,
+    overdue,
     printable,
     ran_at,
     time_shown,
@@ -84,9 +85,6 @@ FRESH = 0.5
 pages poll every second, and N of them then cost the node at most two renders a
 second, not N; an outcome still shows within a poll plus this (1.5 s < the 2 s
 bound)."""
-
-OVERDUE = 60.0
-"""Seconds past its next run before a job counts as overdue in the filter."""
 
 
 class JobRow(NamedTuple):
@@ -250,7 +248,7 @@ class Dashboard:
                 status=str(info.status),
                 paused=info.paused,
                 next=time_shown(info.next_run_time, tz),
-                overdue=_overdue(info, now),
+                overdue=overdue(info, now),
                 last=last.result if last else None,
                 last_time=time_shown(ran_at(last), tz) if last else "-",
                 error=first_line(error_shown(last.error)) if last else "",
@@ -528,12 +526,6 @@ def _spark(runs: list[Any]) -> Markup:
     )
 
 
-def _overdue(info: Any, now: float) -> bool:
-    """Whether a job's next run is more than :data:`OVERDUE` s past and not paused."""
-    nxt = info.next_run_time
-    return nxt is not None and not info.paused and nxt < now - OVERDUE
-
-
 def _kept(entry: Any, wanted: str, now: float) -> bool:
     """Whether the list's filter ``wanted`` keeps ``entry``."""
     if wanted == "failed":
@@ -541,7 +533,7 @@ def _kept(entry: Any, wanted: str, now: float) -> bool:
     if wanted == "paused":
         return bool(entry.info.paused)
     if wanted == "overdue":
-        return _overdue(entry.info, now)
+        return overdue(entry.info, now)
     return True
 
 

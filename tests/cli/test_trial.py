@@ -1,0 +1,115 @@
+"""What a new user's trial of the command found (issue 42, item 8): each as run."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import rota
+from rota import DurableScheduler, Once
+from rota.store import SQLiteStore
+from tests.cli.conftest import Cli
+
+
+def _rota(cli: Cli, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rota", *args], cwd=cli.dir, env=cli.env,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_version(cli: Cli) -> None:
+    done = _rota(cli, "--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"rota {rota.__version__}"
+
+
+@pytest.mark.parametrize(
+    ("command", "missing"),
+    [
+        ('["no-such-prog-xyz", "--flag"]', "no-such-prog-xyz"),
+        ('"no-such-prog-xyz --flag | tee out"', "no-such-prog-xyz"),
+    ],
+)
+def test_plan_refuses_a_command_whose_program_is_nowhere(
+    cli: Cli, command: str, missing: str
+) -> None:
+    cli.write(f'[[jobs]]\nid = "typo"\nevery = "1m"\ncommand = {command}\n')
+    done = _rota(cli, "plan", str(cli.jobs))
+    assert done.returncode == 2
+    assert f"job 'typo': key 'command': no program {missing!r} on the PATH" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        '["/opt/later/bin/tool"]',  # a path: it may be installed after the file is written
+        '"./run.sh"',
+        '"exit 3"',  # shell builtins and keywords are no programs
+        '"cd /tmp && ls"',
+        '"FOO=1 env"',
+        '"$HOME/bin/x"',
+    ],
+)
+def test_plan_accepts_paths_and_shell_words(cli: Cli, command: str) -> None:
+    cli.write(f'[[jobs]]\nid = "ok"\nevery = "1m"\ncommand = {command}\n')
+    done = _rota(cli, "plan", str(cli.jobs), "--until", "+2m")
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_empty_job_file_is_refused(cli: Cli) -> None:
+    cli.write("# nothing yet\n[defaults]\ntz = 'UTC'\n")
+    for sub in ("plan", "run"):
+        done = _rota(cli, sub, str(cli.jobs), *(["--store", cli.store] if sub == "run" else []))
+        assert done.returncode == 2
+        assert "no [[jobs]]: a job file declares at least one job" in done.stderr
+
+
+def test_a_period_below_the_floor_is_refused_saying_why(cli: Cli) -> None:
+    cli.write('[[jobs]]\nid = "spin"\nevery = "1ms"\ncommand = "true"\n')
+    done = _rota(cli, "plan", str(cli.jobs))
+    assert done.returncode == 2
+    assert "job 'spin': key 'every': '1ms' is below the floor of 100ms" in done.stderr
+    cli.write('[[jobs]]\nid = "fast"\nevery = "100ms"\ncommand = "true"\n')
+    assert _rota(cli, "plan", str(cli.jobs), "--until", "+1s").returncode == 0
+
+
+def test_status_marks_an_overdue_next_run(cli: Cli) -> None:
+    """By the rule ``check`` follows: past its grace (a minute, or one period)."""
+    store = SQLiteStore(cli.dir / "state.db")
+    sched = DurableScheduler(store)
+    now = time.time()
+    sched.schedule("late", Once(at=now - 7200), "tests.durable.jobs:noop", args=[0])
+    sched.schedule("soon", Once(at=now - 5), "tests.durable.jobs:noop", args=[0])
+    sched.schedule("fine", Once(at=now + 3600), "tests.durable.jobs:noop", args=[0])
+    store.close()
+    lines = {line.split()[0]: line for line in cli("status").stdout.splitlines()[1:]}
+    assert "(overdue)" in lines["late"]
+    assert "(overdue)" not in lines["soon"]  # within its grace
+    assert "(overdue)" not in lines["fine"]
+    problems = cli("check").stdout
+    assert "late: overdue" in problems
+    assert "soon" not in problems
+
+
+def test_start_up_names_cancelled_jobs_that_will_not_run(cli: Cli) -> None:
+    cli.write('[[jobs]]\nid = "gone"\nevery = "1h"\ncommand = "true"\n'
+              '[[jobs]]\nid = "on"\nevery = "1h"\ncommand = "true"\n')  # fmt: skip
+    proc = cli.start()
+    cli.wait(cli.loaded)
+    assert cli("cancel", "gone").returncode == 0
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    log = cli.dir / "log"
+    proc = cli.start(log=log)
+    cli.wait(lambda: "jobs loaded" in log.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    [line] = [line for line in log.read_text().splitlines() if "cancelled jobs" in line]
+    assert re.search(r"WARNING .*1 cancelled jobs will not run until their definition", line)
+    assert line.endswith(": gone")
