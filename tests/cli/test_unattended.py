@@ -5,6 +5,7 @@ nothing, and no password in any output. Real processes, real SQLite files."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -350,7 +351,7 @@ def test_import_crontab_gives_an_equivalent_job_file(tmp_path: Path) -> None:
         "*/15 * * * * /usr/local/bin/sync --all > /dev/null 2>&1\n"
         "30 2 * * 1-5 /opt/app/report.sh --since yesterday\n"
         "0 0,12 1-7 * * sync\n"
-        "@daily backup.sh\n"
+        "@daily /opt/app/backup.sh\n"
         "@reboot /opt/app/warm-cache\n"
         "5 4 * * sun echo weekly %cleanup%\n"
     )
@@ -363,13 +364,13 @@ def test_import_crontab_gives_an_equivalent_job_file(tmp_path: Path) -> None:
     from rota.cli._jobfile import load
 
     jobs = {job.id: job for job in load(tmp_path / "jobs.toml")}
-    assert list(jobs) == ["sync", "report.sh", "sync-2", "backup.sh"]
+    assert list(jobs) == ["sync-all", "report", "sync", "backup"]
     assert [str(getattr(j.when, "expression", "")) for j in jobs.values()] == [
         "*/15 * * * *", "30 2 * * 1-5", "0 0,12 1-7 * *", "0 0 * * *"
     ]  # fmt: skip
     assert all(str(j.zone) == "Europe/Berlin" for j in jobs.values())
-    assert jobs["sync"].kwargs == {"env": {"GREETING": "hello there"}}
-    assert jobs["sync"].args == ["/usr/local/bin/sync --all > /dev/null 2>&1", None]
+    assert jobs["sync-all"].kwargs == {"env": {"GREETING": "hello there"}}
+    assert jobs["sync-all"].args == ["/usr/local/bin/sync --all > /dev/null 2>&1", None]
     for kept in ("@reboot /opt/app/warm-cache", "%cleanup%", "MAILTO=", "SHELL="):
         assert kept in done.stdout  # said, as a comment: nothing dropped silently
     bad = subprocess.run(
@@ -377,6 +378,42 @@ def test_import_crontab_gives_an_equivalent_job_file(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bad.returncode == 0, bad.stderr
+
+
+def test_import_crontab_ids_tell_jobs_apart_and_comments_stay_with_them(
+    tmp_path: Path,
+) -> None:
+    """Ids are the commands' own words, as many as tell them apart (they were the
+    program's name, numbered: ``php``, ``php-2``); a comment right above a job stays
+    right above it; a system crontab's user field is named, not taken for a job."""
+    crontab = tmp_path / "crontab"
+    crontab.write_text(
+        "# artisan's scheduler\n"
+        "* * * * * php /var/www/app/artisan schedule:run >> /dev/null 2>&1\n"
+        "\n"
+        "# nightly cleanup\n"
+        "0 3 * * * php /var/www/app/cleanup.php --days 30\n"
+        "0 4 * * * /opt/backup.sh --full\n"
+        "0 5 * * * /opt/backup.sh --incremental\n"
+        "0 0 * * 0 root /usr/bin/weekly-report\n"
+    )
+    command = [sys.executable, "-m", "rota", "import-crontab", str(crontab)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    ids = re.findall(r'^id = "(.*)"$', done.stdout, re.M)
+    assert ids == ["php-artisan", "php-cleanup", "backup-full", "backup-incremental", "root"]
+    assert '# artisan\'s scheduler\n[[jobs]]\nid = "php-artisan"' in done.stdout
+    assert '# nightly cleanup\n[[jobs]]\nid = "php-cleanup"' in done.stdout
+    assert "line 8: 'root' looks like the user field of a system crontab" in done.stderr
+    system = tmp_path / "cron.d"
+    system.write_text("0 0 * * 0 root /usr/bin/weekly-report\n@daily backup /opt/dump\n")
+    done = subprocess.run([*command[:-1], "--system", str(system)], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert re.findall(r'^id = "(.*)"$', done.stdout, re.M) == ["weekly-report", "dump"]
+    assert 'command = "/usr/bin/weekly-report"' in done.stdout
+    assert "# ran as root (line 1 of a system crontab)" in done.stdout
+    assert "# ran as backup (line 2 of a system crontab)" in done.stdout
 
 
 def test_cron_shorthands_and_a_clear_refusal_of_reboot(tmp_path: Path) -> None:

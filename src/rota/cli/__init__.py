@@ -65,6 +65,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def _crontab_parser(sub: Any) -> None:
+    crontab = sub.add_parser("import-crontab", help="print the job file equivalent to a crontab")
+    crontab.add_argument("crontab")
+    crontab.add_argument("--system", action="store_true",
+                         help="a system crontab (/etc/crontab, /etc/cron.d): a user field "
+                         "before each command")  # fmt: skip
+    crontab.set_defaults(run=_import_crontab)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rota",
@@ -129,9 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("--tz", help="show times in this zone (default: local)")
     history.set_defaults(run=_history)
 
-    crontab = sub.add_parser("import-crontab", help="print the job file equivalent to a crontab")
-    crontab.add_argument("crontab")
-    crontab.set_defaults(run=_import_crontab)
+    _crontab_parser(sub)
 
     check = sub.add_parser(
         "check", help="exit 0 if every job is healthy, 1 if one failed or is overdue"

@@ -369,5 +369,5 @@ def _import_crontab(args: argparse.Namespace) -> int:
     """``rota import-crontab FILE``: the equivalent job file, on stdout."""
     from rota.cli._crontab import convert
 
-    sys.stdout.write(convert(args.crontab))
+    sys.stdout.write(convert(args.crontab, system=args.system))
     return 0
