@@ -39,6 +39,8 @@ class Lease(NamedTuple):
     until: float
     takeovers: int
     """How many times this task's lease ran out on a node and was taken over."""
+    zone: str | None = None
+    """The zone the task's times are shown in (:func:`rota.durable.zone_of`)."""
 
 
 class Source(Protocol):
@@ -94,7 +96,7 @@ def source(scheduler: Scheduler) -> Source:
 def leases_of(entries: list[Entry]) -> list[Lease]:
     """The runs held now among ``entries``, by node then task. O(n log n)."""
     return sorted(
-        Lease(e.owner, str(e.info.task_id), e.due, e.lease_until, e.takeovers)
+        Lease(e.owner, str(e.info.task_id), e.due, e.lease_until, e.takeovers, e.zone)
         for e in entries
         if e.owner is not None and e.lease_until is not None and e.due is not None
     )

@@ -113,3 +113,26 @@ def test_start_up_names_cancelled_jobs_that_will_not_run(cli: Cli) -> None:
     [line] = [line for line in log.read_text().splitlines() if "cancelled jobs" in line]
     assert re.search(r"WARNING .*1 cancelled jobs will not run until their definition", line)
     assert line.endswith(": gone")
+
+
+def test_a_library_cron_task_is_shown_in_its_own_zone(cli: Cli) -> None:
+    """Stored through the library (no job file's ``tz``): its cron's zone is its
+    zone, not this machine's (it showed ``+00:00``)."""
+    from rota.cron import Cron
+
+    store = SQLiteStore(cli.dir / "state.db")
+    sched = DurableScheduler(store)
+    sched.schedule("berlin", Cron("0 3 * * *", tz="Europe/Berlin"), "tests.durable.jobs:noop",
+                   args=[0])  # fmt: skip
+    store.close()
+    [line] = cli("status").stdout.splitlines()[1:]
+    assert "T03:00:00+01:00" in line or "T03:00:00+02:00" in line
+
+
+def test_plans_summary_is_in_the_jobs_zone(cli: Cli) -> None:
+    cli.write('[defaults]\ntz = "Asia/Tokyo"\n[[jobs]]\nid = "a"\nevery = "1h"\n'
+              'command = "true"\n')  # fmt: skip
+    done = _rota(cli, "plan", str(cli.jobs))
+    assert done.returncode == 0
+    [summary] = [line for line in done.stderr.splitlines() if " runs of 1 jobs in " in line]
+    assert summary.count("+09:00") == 2

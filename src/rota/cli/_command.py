@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from rota._calls import RunContext
+from rota._types import epoch_shown
 from rota.durable import GivenBack, RunCancelled
 
 TAIL = 2000
@@ -287,7 +288,7 @@ def stop_cancelled(cancelled: Callable[[str], bool], grace: float = KILL_GRACE) 
             log.info("job %r: cancelled while running: ending its command", job)
 
 
-def stop_replaced(job: object, at: object) -> bool:
+def stop_replaced(job: object, at: float | None) -> bool:
     """End the command of job ``job``'s run at ``at`` (``Overlap.REPLACE`` replaced it:
     ``RUN_REPLACED``): SIGTERM to its process group, SIGKILL after the grace
     :func:`stop_cancelled` gives. Its run ends in :class:`~rota.durable.RunCancelled`,
@@ -297,8 +298,8 @@ def stop_replaced(job: object, at: object) -> bool:
         found = [proc for proc, run in _running.items() if run == (job, at)]
     for proc in found:
         _end(proc, "replaced by its next slot (overlap = replace)", time.monotonic())
-        log.info("job %r: its run at %r is replaced by the next slot: ending its command",
-                 job, at)  # fmt: skip
+        log.info("job %r: its run at %s is replaced by the next slot: ending its command",
+                 job, "-" if at is None else epoch_shown(at))  # fmt: skip
     return bool(found)
 
 

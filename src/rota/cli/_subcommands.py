@@ -106,7 +106,8 @@ def _plan_command(args: argparse.Namespace) -> int:
                 late += f"  (starts {time_shown(starts, shown or job.zone)}: jitter)"
             print(f"{time_shown(at, shown or job.zone)}  {job.id}{late}")
         sys.stdout.flush()
-        tz = shown or local_zone()
+        zones = {job.zone_name for job in jobs}  # the jobs' one zone, if they share it
+        tz = shown or (jobs[0].zone if len(zones) == 1 else local_zone())
         window = f"{time_shown(start, tz)} .. {time_shown(until, tz)}"
         print(f"{len(runs)} runs of {len(jobs)} jobs in {window}", file=sys.stderr)
     if cut:

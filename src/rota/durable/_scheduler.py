@@ -1718,8 +1718,15 @@ class Entry(NamedTuple):
 
 
 def zone_of(row: TaskRow) -> str | None:
-    """The zone name stored with a task (``ensure(..., zone=)``), or ``None``. O(1)."""
-    zone = row.spec.get("zone") if isinstance(row.spec, dict) else None
+    """The zone a task's times are shown in: the one stored with it (``ensure(...,
+    zone=)``, a job file's ``tz``), else its cron schedule's own (a library task
+    ``Cron(..., tz="Europe/Berlin")``), else ``None`` (this machine's). O(1)."""
+    spec = row.spec if isinstance(row.spec, dict) else {}
+    zone = spec.get("zone")
+    if zone is None:
+        schedule = spec.get("schedule")
+        if isinstance(schedule, dict) and schedule.get("kind") == "cron":
+            zone = schedule.get("tz")
     return zone if isinstance(zone, str) else None
 
 

@@ -335,9 +335,10 @@ class Dashboard:
         leases = self.source.leases()
         nodes: dict[str, list[dict[str, Any]]] = {}
         for lease in leases:
+            tz = job_zone(lease.zone)
             nodes.setdefault(redacted(lease.node), []).append({
-                "id": lease.task_id, "due": time_shown(lease.due, job_zone(None)),
-                "until": time_shown(lease.until, job_zone(None)), "takeovers": lease.takeovers,
+                "id": lease.task_id, "due": time_shown(lease.due, tz),
+                "until": time_shown(lease.until, tz), "takeovers": lease.takeovers,
             })  # fmt: skip
         return self.page(request, "live.html", {
             "nodes": nodes, "durable": self.source.durable, "heading": "Nodes",
@@ -422,15 +423,15 @@ class Dashboard:
             extra={"who": who, "action": operation, "job": job_id, "note": note,
                    "applied": applied},
         )  # fmt: skip
+        entry = self.source.entry(job_id)
         if applied and operation == "pause":
             self.notes[job_id] = {
                 "note": note,
                 "who": who,
-                "at": time_shown(time.time(), job_zone(None)),
+                "at": time_shown(time.time(), job_zone(entry.zone if entry else None)),
             }
         elif applied and operation in ("resume", "cancel"):
             self.notes.pop(job_id, None)
-        entry = self.source.entry(job_id)
         body = status_json(entry) if entry is not None else {"id": job_id}
         if not applied:
             return JSONResponse({**body, "error": f"{operation} does not apply now"}, 409)
