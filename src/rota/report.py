@@ -191,3 +191,21 @@ def overdue(info: TaskInfo, now: float) -> bool:
         and due is not None
         and now - due > grace(info.schedule, due)
     )
+
+
+WAITING = 1.0
+"""Seconds past its time after which a due, unclaimed run is shown as waiting."""
+
+
+def lateness(info: TaskInfo, now: float) -> str | None:
+    """How a scheduled job's due run is late at ``now``, for people: ``"overdue"``
+    (:func:`overdue`: no node runs it), ``"waiting for a worker"`` (due over
+    :data:`WAITING` s ago, within its grace: every worker of the nodes that can run
+    it is busy, or none has looked yet), or ``None``. ``rota status`` and the
+    dashboard show it beside the next run. O(1)."""
+    if overdue(info, now):
+        return "overdue"
+    due = info.next_run_time
+    if str(info.status) == "scheduled" and not info.paused and due is not None:
+        return "waiting for a worker" if now - due > WAITING else None
+    return None

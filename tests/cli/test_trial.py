@@ -136,3 +136,24 @@ def test_plans_summary_is_in_the_jobs_zone(cli: Cli) -> None:
     assert done.returncode == 0
     [summary] = [line for line in done.stderr.splitlines() if " runs of 1 jobs in " in line]
     assert summary.count("+09:00") == 2
+
+
+def test_a_run_waiting_for_a_worker_is_said_and_shown(cli: Cli) -> None:
+    """One worker, held by a slow job: the quick jobs' due runs wait. Before, nothing
+    said so (and the default was 4 workers, too few for a crontab of shell jobs)."""
+    cli.write('[[jobs]]\nid = "slow"\nevery = "1h"\nstart = "2020-01-01T00:00:00Z"\n'
+              'misfire = "coalesce"\ncommand = "echo started >> $OUT; sleep 5"\n'
+              '[[jobs]]\nid = "quick"\nevery = "0.5s"\ncommand = "true"\n'
+              '[[jobs]]\nid = "quick-2"\nevery = "0.5s"\ncommand = "true"\n')  # fmt: skip
+    log = cli.dir / "log"
+    proc = cli.start("--workers", "1", log=log)
+    cli.wait(lambda: "started" in cli.lines(), 30)
+    cli.wait(lambda: "due runs wait for a worker: all 1 workers are busy" in log.read_text(), 10)
+    [line] = [line for line in log.read_text().splitlines() if "wait for a worker" in line]
+    assert " WARNING " in line
+    # one quick job is claimed ahead of the busy worker (running, to other processes);
+    # the other, due and unclaimed, waits
+    cli.wait(lambda: "(waiting for a worker)" in cli("status").stdout, 10)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+    assert "default 32" in _rota(cli, "run", "--help").stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import logging
+import math
 import signal
 import threading
 import time
@@ -25,7 +26,7 @@ from rota.cli._notify import Notifier
 from rota.cli._secrets import ScrubFormatter
 from rota.cli._subcommands import CliError, bind
 from rota.durable import DurableScheduler, Entry, removed, resolve_path
-from rota.report import first_line, job_zone, printable, ran_at
+from rota.report import WAITING, first_line, job_zone, printable, ran_at
 from rota.store import StoreError
 
 log = logging.getLogger("rota.cli")
@@ -93,6 +94,7 @@ def serve(
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="rota-job")
     notifier = Notifier(sched)
     runner = Runner(sched, executor=pool, on_outcome=notifier.outcome)
+    watch = _Workers(sched, runner, workers)
     unlisten = _listen(sched, notifier)
     server = None
     try:
@@ -113,6 +115,7 @@ def serve(
                     hangup.clear()
                     _reload(sched, owner, reload, notifier)
                 _command.stop_cancelled(lambda job: _cancelled(sched, job))
+                watch.look()
                 if view is not None:
                     view.refresh()
         finally:
@@ -132,6 +135,40 @@ def serve(
         return DIED
     log.info("stopped")
     return 0
+
+
+WAIT_WARN_EVERY = 60.0
+"""Seconds between two warnings that due runs wait for a worker."""
+
+
+class _Workers:
+    """Says, at WARNING and at most once a :data:`WAIT_WARN_EVERY`, when due runs wait
+    because every worker of this node is busy (quick jobs queue behind slow ones:
+    raise ``--workers``)."""
+
+    def __init__(self, sched: DurableScheduler, runner: Runner, workers: int) -> None:
+        self.sched, self.runner, self.workers = sched, runner, workers
+        self.warned = -math.inf
+
+    def look(self) -> None:
+        """One look: in memory unless every worker is busy and none waits here, then
+        one store read (is a run past its time unclaimed?)."""
+        stats = self.runner.stats()
+        wall = time.monotonic()
+        if stats.running < self.workers or wall - self.warned < WAIT_WARN_EVERY:
+            return
+        if not stats.queued:  # none claimed ahead: is one due in the store?
+            try:
+                due, now = self.sched.next_run_time(), self.sched.clock()
+            except Exception:  # the store is down: the runner says so
+                return
+            if due is None or now - due <= WAITING:
+                return
+        self.warned = wall
+        log.warning(
+            "due runs wait for a worker: all %d workers are busy, and quick jobs wait "
+            "behind slow ones (raise --workers)", self.workers,
+        )  # fmt: skip
 
 
 def _cancelled(sched: DurableScheduler, job: str) -> bool:

@@ -19,6 +19,7 @@ from rota.report import (
     grace,
     history_entry,
     job_zone,
+    lateness,
     local_zone,
     overdue,
     printable,
@@ -193,16 +194,17 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     override = _zone(args.tz)
     now = _now(sched)
-    print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':30} LAST RUN")
+    print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':52} LAST RUN")
     for entry, e in zip(listed, entries, strict=True):
         tz = job_zone(e["zone"], override)
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
-        late = " (overdue)" if overdue(entry.info, now) else ""
+        why = lateness(entry.info, now)
+        late = "" if why is None else f" ({why})"
         notes = [] if e["last"] is None else [f"{e['last']} ({time_shown(e['last_started'], tz)})"]
         if e["unreadable"]:
             notes.append(f"cannot be read here: {e['unreadable']}")
         last = "; ".join(notes) or "-"
-        print(f"{e['id']:24} {status:10} {time_shown(e['next'], tz) + late:30} {last}")
+        print(f"{e['id']:24} {status:10} {time_shown(e['next'], tz) + late:52} {last}")
     return 0
 
 

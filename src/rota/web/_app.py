@@ -39,6 +39,7 @@ from rota.report import (
     first_line,
     history_entry,
     job_zone,
+    lateness,
     local_zone,
     next_runs,
     overdue,
@@ -96,7 +97,7 @@ class JobRow(NamedTuple):
     status: str
     paused: bool
     next: str
-    overdue: bool
+    late: str | None
     last: str | None
     last_time: str
     error: str
@@ -248,7 +249,7 @@ class Dashboard:
                 status=str(info.status),
                 paused=info.paused,
                 next=time_shown(info.next_run_time, tz),
-                overdue=overdue(info, now),
+                late=lateness(info, now),
                 last=last.result if last else None,
                 last_time=time_shown(ran_at(last), tz) if last else "-",
                 error=first_line(error_shown(last.error)) if last else "",
