@@ -157,3 +157,33 @@ def test_a_run_waiting_for_a_worker_is_said_and_shown(cli: Cli) -> None:
     proc.send_signal(signal.SIGTERM)
     proc.wait(60)
     assert "default 32" in _rota(cli, "run", "--help").stdout
+
+
+def test_log_output_caps_or_silences_a_chatty_job(cli: Cli) -> None:
+    """Every line a command printed was logged: 400,000 lines in 70 s for one job."""
+    cli.write(
+        "[defaults]\nlog_output = 3\n"
+        '[[jobs]]\nid = "capped"\nevery = "1h"\nstart = "2020-01-01T00:00:00Z"\n'
+        'misfire = "coalesce"\ncommand = "seq 1 50; echo capped >> $OUT"\n'
+        '[[jobs]]\nid = "quiet"\nevery = "1h"\nstart = "2020-01-01T00:00:00Z"\n'
+        'misfire = "coalesce"\nlog_output = false\ncommand = "seq 1 50; echo quiet >> $OUT"\n'
+        '[[jobs]]\nid = "default"\nevery = "1h"\nstart = "2020-01-01T00:00:00Z"\n'
+        'misfire = "coalesce"\nlog_output = true\ncommand = "seq 1 1500; echo default >> $OUT"\n'
+    )
+    log = cli.dir / "log"
+    proc = cli.start(log=log)
+    cli.wait(lambda: sorted(cli.lines()) == ["capped", "default", "quiet"], 30)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    logged = [line for line in log.read_text().splitlines() if "rota.output" in line]
+    assert len([line for line in logged if "job 'capped': " in line]) == 4
+    assert "job 'capped': 47 more lines of this run were not logged (log_output = 3)" in (
+        log.read_text()
+    )
+    assert not [line for line in logged if "job 'quiet'" in line]
+    assert len([line for line in logged if "job 'default': " in line]) == 1001
+    assert cli.json("history", "quiet")[0]["output"].endswith("50\n")  # still kept
+    cli.write('[[jobs]]\nid = "x"\nevery = "1h"\ncommand = "true"\nlog_output = -1\n')
+    done = _rota(cli, "plan", str(cli.jobs))
+    assert done.returncode == 2
+    assert "key 'log_output': true, false, or a number of lines" in done.stderr

@@ -63,8 +63,13 @@ def run_command(
     env: dict[str, str] | None = None,
     inherit: bool | list[str] = True,
     cwd: str | None = None,
+    log_output: bool | int = True,
 ) -> str:
     """Run ``command`` (argv list, or a string for the shell) for one run; return its tail.
+
+    Each line it prints is logged (logger ``rota.output``, INFO) up to
+    :data:`LOG_LINES` lines a run (``log_output`` true), up to that many
+    (an int), or none (false); past the cap one line says how many were not.
 
     Its environment: the node's (``inherit`` true), only :data:`BASE_ENV`
     (false), or that and the names listed; then ``env``; then the run's facts. It
@@ -115,7 +120,7 @@ def run_command(
     with _lock:
         _running[proc] = (run.task_id, run.at)
     try:
-        timed_out = _collect(proc, timeout, tail := _Tail(), run.task_id)
+        timed_out = _collect(proc, timeout, tail := _Tail(), _Lines(run.task_id, log_output))
     finally:
         with _lock:
             _running.pop(proc, None)
@@ -165,14 +170,24 @@ output_log = logging.getLogger("rota.output")
 """Each line a command prints, as it prints it, with its job (as supercronic does)."""
 
 
+LOG_LINES = 1000
+"""Lines of one run's output logged at most by default (``log_output = true``): a
+chatty job wrote 400,000 lines (33 MB) in 70 s when every line was."""
+
+
 class _Lines:
-    """Splits a command's output into lines for :data:`output_log`; a partial line is
+    """Splits a command's output into lines for :data:`output_log`, at most ``cap``
+    of them a run (``True``: :data:`LOG_LINES`; ``False``: none); a partial line is
     kept (at most :data:`LINE` characters' worth) until its end arrives."""
 
-    def __init__(self, job: object) -> None:
-        self._job, self._partial = job, b""
+    def __init__(self, job: object, cap: bool | int = True) -> None:
+        self.job, self._partial = job, b""
+        self._left = LOG_LINES if cap is True else int(cap)
+        self._cap, self._dropped = self._left, 0
 
     def add(self, chunk: bytes) -> None:
+        if not self._left and not self._cap:
+            return  # log_output = false: nothing to split
         if not output_log.isEnabledFor(logging.INFO):
             return
         *lines, rest = (self._partial + chunk).split(b"\n")
@@ -184,12 +199,21 @@ class _Lines:
         if self._partial:
             self._log(self._partial)
             self._partial = b""
+        if self._dropped:
+            output_log.info("job %r: %d more lines of this run were not logged (log_output "
+                            "= %d)", self.job, self._dropped, self._cap,
+                            extra={"job": str(self.job)})  # fmt: skip
+            self._dropped = 0
 
     def _log(self, raw: bytes) -> None:
+        if not self._left:
+            self._dropped += 1
+            return
+        self._left -= 1
         text = raw.decode(errors="replace").rstrip("\r")
         if len(text) > LINE:
             text = text[:LINE] + "..."
-        output_log.info("job %r: %s", self._job, text, extra={"job": str(self._job),
+        output_log.info("job %r: %s", self.job, text, extra={"job": str(self.job),
                                                                  "line": text})  # fmt: skip
 
 
@@ -215,7 +239,7 @@ class _Tail:
 
 
 def _collect(
-    proc: subprocess.Popen[bytes], timeout: float | None, tail: _Tail, job: object
+    proc: subprocess.Popen[bytes], timeout: float | None, tail: _Tail, lines: _Lines
 ) -> bool:
     """Read ``proc``'s output into ``tail`` until it exits and the output closes (at
     most :data:`DRAIN` seconds after the exit); kill its group at ``timeout``.
@@ -228,7 +252,6 @@ def _collect(
     deadline = None if timeout is None else start + timeout
     ended: float | None = None  # when the command itself exited
     timed_out = False
-    lines = _Lines(job)
     try:
         while True:
             now = time.monotonic()
@@ -242,7 +265,7 @@ def _collect(
                 log.warning(
                     "job %r: a process it started left its process group and still holds "
                     "its output open; no longer read (that process is left running)",
-                    job,
+                    lines.job,
                 )
                 return timed_out
             if poller.poll(100):

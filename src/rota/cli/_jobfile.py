@@ -34,7 +34,7 @@ COMMAND = "rota.cli._command:run_command"
 JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
      "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
-     "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue"}
+     "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue", "log_output"}
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue"}
 HANDOFF = "rota.handoff:publish"
@@ -260,6 +260,14 @@ def _command(
                 f"{key('inherit_env')}: true, false, or a list of variable names is required"
             )
         kwargs["inherit"] = inherit
+    if "log_output" in raw:
+        switch = raw["log_output"]
+        if not isinstance(switch, bool) and not (isinstance(switch, int) and switch >= 0):
+            raise JobFileError(
+                f"{key('log_output')}: true, false, or a number of lines a run (>= 0) is "
+                f"required, got {switch!r}"
+            )
+        kwargs["log_output"] = switch
     if "cwd" in raw:
         cwd = raw["cwd"]
         if not isinstance(cwd, str) or not cwd:
