@@ -37,7 +37,7 @@ from ._engine import Task, run_at
 from ._events import Event, EventKind
 from ._scheduler import Scheduler, fatal
 from ._stats import Stats, StatsSnapshot
-from ._types import Result, RunOutcome, Time, epoch_shown, recorded_result
+from ._types import GivenBack, RunOutcome, Time, epoch_shown, recorded_result
 from ._validate import time_from
 
 logger = logging.getLogger("rota.runner")
@@ -499,15 +499,14 @@ class Driver:
         """
         self._stats.record(outcome)
         error = outcome.error
-        result = recorded_result(outcome.result, error)  # cancelled: someone asked, no alert
+        shown = recorded_result(outcome.result, error)  # cancelled: someone asked, no alert
         level = (
-            logging.ERROR if result is Result.FAILED
-            else logging.WARNING if result is Result.RETRY
+            logging.ERROR if shown == "failed"
+            else logging.WARNING if shown == "retry"
             else logging.INFO
         )  # fmt: skip
-        if runs_logger.isEnabledFor(level):
+        if runs_logger.isEnabledFor(level) and not isinstance(error, GivenBack):
             summary = None if error is None else _one_line(error)
-            shown = str(result)
             runs_logger.log(
                 level,
                 "task %r: run at %s %s (attempt %d) in %s, lag %s%s",

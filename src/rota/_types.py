@@ -46,17 +46,22 @@ class Status(StrEnum):
 
 
 class Result(StrEnum):
-    """How one run ended: ``ok``, ``retry`` (failed, a retry is queued) or ``failed``;
-    and ``cancelled``, a run that a cancel ended (its error a :class:`RunCancelled`),
-    as that run is recorded and shown (:func:`recorded_result`): the runners report
-    it ``failed``, as any failing run of a cancelled task."""
+    """How one run ended: ``ok``, ``retry`` (failed, a retry is queued) or ``failed``.
+
+    A store records one more, ``cancelled``: a ``failed`` run that a cancel ended
+    (:func:`recorded_result`); read back, it is ``failed`` again (:func:`result_of`).
+    """
 
     __hash__ = str.__hash__  # as for Status
 
     OK = "ok"
     RETRY = "retry"
     FAILED = "failed"
-    CANCELLED = "cancelled"
+
+
+RECORDED = ("ok", "retry", "failed", "cancelled")
+"""Every result a store records, logs, counts and shows: :class:`Result`'s, and
+``cancelled``."""
 
 
 SKIP_REASONS = ("misfire", "overlap", "deadline")
@@ -189,11 +194,33 @@ def error_text(error: BaseException) -> str:
     return error_shown("".join(traceback.format_exception_only(error))) or type(error).__name__
 
 
-def recorded_result(result: Result, error: BaseException | None) -> Result:
-    """The result a run is recorded, logged, counted and shown with: ``cancelled``
-    for a run that a cancel ended (``error`` a :class:`RunCancelled`), else its own
-    ``result``. The one rule every store, log line, metric and page follows. O(1)."""
-    return Result.CANCELLED if isinstance(error, RunCancelled) else result
+class GivenBack(Exception):  # noqa: N818 - it names what happens to the run
+    """Raised by an action its own node stopped before it finished (a graceful
+    shutdown that ran out of grace: ``rota run`` terminating a command).
+
+    A durable scheduler gives such a run back instead of recording it: nothing is
+    recorded, the row is released as it was claimed (same slot, same attempt, so
+    the same idempotency key), and another node, or this one after its restart,
+    runs it again. The run is reported as ``retry`` with this error (the runners
+    log no line of their own for it: the durable scheduler says it was given
+    back). In memory it is an error like any other. Exported by
+    :mod:`rota.durable`.
+    """
+
+
+def recorded_result(result: Result, error: BaseException | None) -> str:
+    """The result a run is recorded, logged, counted and shown with (one of
+    :data:`RECORDED`): ``cancelled`` for a run that a cancel ended (``error`` a
+    :class:`RunCancelled`), else its own ``result``. The one rule every store, log
+    line, metric and page follows. O(1)."""
+    return "cancelled" if isinstance(error, RunCancelled) else str(result)
+
+
+def result_of(recorded: str) -> Result:
+    """The :class:`Result` of a recorded result (one of :data:`RECORDED`): a
+    ``cancelled`` run was ``failed``, as the runners reported it. Raises
+    ``ValueError`` for text no version of rota records. O(1)."""
+    return Result.FAILED if recorded == "cancelled" else Result(recorded)
 
 
 FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})

@@ -138,7 +138,7 @@ class Collector(_PrometheusCollector):
                         labels.add(job)
                     else:
                         job = OTHER
-                key = (job, _RESULTS[result if error is None else recorded_result(result, error)])
+                key = (job, _RESULTS[result] if error is None else recorded_result(result, error))
                 runs[key] = runs.get(key, 0) + 1
                 if ended is not None:
                     durations.add(job, ended - started)

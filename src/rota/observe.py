@@ -202,7 +202,7 @@ class MemorySource:
         error = outcome.error
         at = outcome.at + shift
         row = OutcomeRow(
-            key, at, outcome.attempt, 0, at, str(recorded_result(outcome.result, error)),
+            key, at, outcome.attempt, 0, at, recorded_result(outcome.result, error),
             None if error is None else error_text(error),
             outcome.started + shift, now + shift, outcome.skipped, None,
             None if outcome.value is None else repr(outcome.value)[:4000],

@@ -1,7 +1,8 @@
 """Every result a store can record reads back through everything that shows it.
 
-A run's recorded result is one of :class:`rota.Result` (``ok``, ``retry``,
-``failed``, ``cancelled``: :func:`rota._types.recorded_result` decides which).
+A store records one of ``ok``, ``retry``, ``failed`` and ``cancelled`` (a failed
+run that a cancel ended: :func:`rota._types.recorded_result` decides which), read
+back as a :class:`rota.Result` by :func:`rota._types.result_of`.
 Before, a job whose latest run was ``cancelled`` (an ``overlap = "replace"``
 run, or a cancelled job brought back) broke ``info``, ``status``, ``check`` and
 five dashboard routes (``'cancelled' is not a valid Result``) until its next run.
@@ -23,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rota import DurableScheduler, FixedRate, ManualClock, Result, RunCancelled, Status
+from rota import DurableScheduler, FixedRate, ManualClock, RunCancelled, Status
+from rota._types import RECORDED, result_of
 from rota.store import SQLiteStore
 from tests.helpers import make_store
 
@@ -37,14 +39,14 @@ class Recorder:
     cancelled job that its file declares again)."""
 
     def __init__(self, sched: DurableScheduler, clock: ManualClock) -> None:
-        self.sched, self.clock, self.plan = sched, clock, list[Result]()
+        self.sched, self.clock, self.plan = sched, clock, list[str]()
         sched.register("act", self.act)
 
     def act(self, *, run: Any) -> None:
         wanted = self.plan[int(run.slot - START) // 10]
-        if wanted is Result.OK or (wanted is Result.RETRY and run.attempt == 1):
+        if wanted == "ok" or (wanted == "retry" and run.attempt == 1):
             return
-        if wanted is Result.CANCELLED:
+        if wanted == "cancelled":
             self.sched.cancel("job")
             raise RunCancelled("job 'job' was cancelled while it ran")
         raise ValueError(f"slot {run.slot} fails")
@@ -53,30 +55,30 @@ class Recorder:
         self.sched.schedule("job", FixedRate(10, start=first), "act", args=[],
                             max_retries=1, replace_existing=True)  # fmt: skip
 
-    def record(self, plan: list[Result]) -> list[str]:
+    def record(self, plan: list[str]) -> list[str]:
         """Run one slot per result of ``plan``; the results recorded, oldest first."""
         self.plan = plan
         self.schedule(START)
         for k, wanted in enumerate(plan):
             slot = START + 10 * k
-            self.clock.set(slot + (1 if wanted in (Result.RETRY, Result.FAILED) else 0))
+            self.clock.set(slot + (1 if wanted in ("retry", "failed") else 0))
             self.sched.tick(self.clock())
-            if wanted is Result.CANCELLED:
+            if wanted == "cancelled":
                 self.schedule(slot + 10)  # brought back
         return [str(o.result) for o in reversed(self.sched.history("job", 100))]
 
 
-def expected(plan: list[Result]) -> list[str]:
+def expected(plan: list[str]) -> list[str]:
     """What ``record`` records for ``plan``: a retry is its slot's first run, then the
     retry's own result (``ok``, or ``failed`` once the retry is spent)."""
     found = []
     for wanted in plan:
-        if wanted is Result.RETRY:
+        if wanted == "retry":
             found += ["retry", "ok"]
-        elif wanted is Result.FAILED:
+        elif wanted == "failed":
             found += ["retry", "failed"]
         else:
-            found.append(str(wanted))
+            found.append(wanted)
     return found
 
 
@@ -90,7 +92,7 @@ def read_everywhere(sched: DurableScheduler, last: str) -> None:
     assert info is not None
     assert info.status is Status.SCHEDULED
     assert info.last_outcome is not None
-    assert info.last_outcome.result is Result(last)
+    assert info.last_outcome.result is result_of(last)
     [entry] = sched.listing()
     assert entry.last is not None
     assert entry.last.result == last
@@ -114,10 +116,10 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
-@given(plan=st.lists(st.sampled_from(list(Result)), min_size=1, max_size=5))
+@given(plan=st.lists(st.sampled_from(RECORDED), min_size=1, max_size=5))
 def test_any_sequence_of_results_reads_back_through_every_view(
     kind: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-    plan: list[Result],
+    plan: list[str],
 ) -> None:  # fmt: skip
     if kind == "postgres":  # tables of this example's own (the fixture's prefix, then more)
         from rota.store import PostgresStore
@@ -144,7 +146,7 @@ def cancelled_last(tmp_path: Path) -> str:
     store = SQLiteStore(path)
     clock = ManualClock(START)
     sched = DurableScheduler(store, clock=clock)
-    assert Recorder(sched, clock).record([Result.OK, Result.CANCELLED])[-1] == "cancelled"
+    assert Recorder(sched, clock).record(["ok", "cancelled"])[-1] == "cancelled"
     store.close()
     return f"sqlite:///{path}"
 

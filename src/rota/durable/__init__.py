@@ -9,13 +9,12 @@ the file, and each slot's run is recorded once. See ``docs/durability.md``.
 stored form that a job file's loader checks before anything is stored.
 """
 
-from rota._types import RunCancelled
+from rota._types import GivenBack, RunCancelled
 
 from ._codec import json_value, resolve_path
 from ._scheduler import (
     DurableScheduler,
     Entry,
-    GivenBack,
     LeaseExpired,
     StoredError,
     removed,

@@ -352,7 +352,7 @@ def outcome_row(
             outcome.attempt,
             row.fence,
             outcome.at,
-            str(recorded_result(outcome.result, error)),
+            recorded_result(outcome.result, error),
             text,
             outcome.started,
             finished,

@@ -41,12 +41,14 @@ from rota._types import (
     NO_SKIPS,
     RELEASED,
     Action,
+    GivenBack,
     Result,
     RunOutcome,
     Status,
     TaskInfo,
     Time,
     epoch_shown,
+    result_of,
 )
 from rota.misfire import Misfire
 from rota.overlap import Overlap
@@ -89,18 +91,6 @@ class LeaseExpired(Exception):  # noqa: N818 - it names the event, as TimeoutErr
 
     The run fails with this error (retried per the task's policy, like any
     failure) instead of being started again forever.
-    """
-
-
-class GivenBack(Exception):  # noqa: N818 - it names what happens to the run
-    """Raised by an action its own node stopped before it finished (a graceful
-    shutdown that ran out of grace: ``rota run`` terminating a command).
-
-    A durable scheduler gives such a run back instead of recording it: nothing is
-    recorded, the row is released as it was claimed (same slot, same attempt, so
-    the same idempotency key), and another node, or this one after its restart,
-    runs it again. The run is reported as ``retry`` with this error. In memory it
-    is an error like any other.
     """
 
 
@@ -178,6 +168,7 @@ class DurableScheduler(Scheduler):
         "_poll",
         "_store",
         "_timed",
+        "_unwritten",
         "_users",
     )
 
@@ -245,6 +236,7 @@ class DurableScheduler(Scheduler):
         # Runners' completions, waiting for the committer thread (see _complete_later)
         self._commits = GroupCommit(store, batch, self._recorded)
         self._outage = False  # the store failed a runner's claim: retry after STORE_RETRY
+        self._unwritten = False  # a completion could not be recorded since the last that was
         self._failure: tuple[str, float] | None = None  # the last store error logged, when
         self._pace = 1  # runs a runner without a pool claims next (see _paced)
         self._pace_from: tuple[Time, int, int] | None = None
@@ -855,7 +847,7 @@ class DurableScheduler(Scheduler):
             error = None if o.error is None else StoredError(o.error)
             started = o.finished if o.started is None else o.started
             outcome = RunOutcome(
-                row.task_id, o.at, Result(o.result), error, o.attempt, started, o.skipped,
+                row.task_id, o.at, result_of(o.result), error, o.attempt, started, o.skipped,
                 value_from(o.value), o.skips() if o.skipped_by else NO_SKIPS,
             )  # fmt: skip
         try:
@@ -972,7 +964,8 @@ class DurableScheduler(Scheduler):
         if room is None:  # the claim the next pace is measured from
             self._pace_from = (local, len(self._buffer) + (claimed is not None), limit)
         if self._outage:
-            logger.warning("the store answers again")
+            if not self._unwritten:  # else: said once a completion is recorded again
+                logger.warning("the store answers again")
             self._outage = False
         return claimed
 
@@ -1427,6 +1420,7 @@ class DurableScheduler(Scheduler):
         """
         if isinstance(task, Run):
             self._untrack(_tid(task), _parent(task).fence)
+        self._unwritten = True
         logger.error(
             "task %r: the completion of its run at %s could not be recorded (%r); the run "
             "will be taken over when its lease expires",
@@ -1515,6 +1509,9 @@ class DurableScheduler(Scheduler):
         error: BaseException | None,
     ) -> RunOutcome:
         """The outcome of a committed (or fenced-off) completion; wakes runners, emits."""
+        if self._unwritten:
+            self._unwritten = False
+            logger.warning("the store records completions again")
         if decided is None:
             # cancelled (and its id reused) while it ran: only reported
             if (task if task.__class__ is Held else self._lease_of(task)).cancelled:
@@ -1683,7 +1680,11 @@ class DurableScheduler(Scheduler):
                 mine = held.get(task_id)
                 if mine is None or mine[0] != task.fence:
                     if not task.lost:
-                        logger.warning("task %r: lease lost (taken over elsewhere)", task_id)
+                        logger.warning(
+                            "task %r: lease lost (%s)", task_id,
+                            "taken over elsewhere" if mine is None
+                            else "it ran out, and this node took the run over itself",
+                        )  # fmt: skip
                     task.lost = True
                 elif mine[1] == Status.CANCELLED:
                     task.cancelled = True
