@@ -55,6 +55,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rota import RunContext
+from rota._types import epoch_shown
 from rota.store import redacted
 
 TARGETS = ("celery", "rq", "dramatiq", "arq")
@@ -162,21 +163,23 @@ def publish(
     policy with the same key) when the broker is unknown, cannot be reached or
     does not accept the message within :data:`TIMEOUT` seconds.
     """
+    slot = f"slot {epoch_shown(run.slot)}, key {run.key}"  # a retry's own time is not it
     url = broker_url(broker)
     publisher = _PUBLISHERS.get(target)
     if publisher is None:
-        raise HandoffError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
+        raise HandoffError(f"unknown target {target!r}: one of {', '.join(TARGETS)} ({slot})")
     try:
         return f"{target}:{publisher(url, name, queue, args, kwargs, run.key)}"
-    except HandoffError:
-        raise
+    except HandoffError as exc:
+        raise HandoffError(f"{exc} ({slot})") from None
     except ImportError as exc:
         raise HandoffError(
-            f"{target}: its client library is missing: pip install 'rota[{target}]' ({exc})"
+            f"{target}: its client library is missing: pip install 'rota[{target}]' ({exc}; "
+            f"{slot})"
         ) from None
     except Exception as exc:
         raise HandoffError(
-            f"{target}: publishing {name!r} to {redacted(url)} failed: "
+            f"{target}: publishing {name!r} for {slot} to {redacted(url)} failed: "
             f"{redacted(f'{type(exc).__name__}: {exc}')}"
         ) from None
 

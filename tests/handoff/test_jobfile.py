@@ -90,3 +90,26 @@ def test_the_handoff_demo_publishes_and_runs_every_slot_once(redis_url: str) -> 
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "every slot once" in done.stdout
+
+
+def test_a_failing_publish_names_its_slot_and_key_and_logs_no_traceback(tmp_path: Path) -> None:
+    """Its retry's log line named the retry's time, never the slot or key; failing for
+    good, it logged a traceback of rota's own frames (a job's failure logs none)."""
+    cli = Cli(tmp_path)
+    cli.write(
+        '[brokers]\nmain = "redis://127.0.0.1:1/0"\n'  # nothing listens on port 1
+        '[[jobs]]\nid = "report"\nat = "2020-01-01T00:00:00Z"\nmax_retries = 1\n'
+        'retry = { base = "0.1s" }\nenqueue = { rq = "tests.handoff.apps.rq_report" }\n'
+    )
+    log = tmp_path / "log"
+    proc = cli.start(log=log)
+    try:
+        cli.wait(lambda: cli.loaded() and cli.json("status")[0]["status"] == "failed", 30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    lines = [line for line in log.read_text().splitlines() if "task 'report'" in line]
+    retry, failed = [line for line in lines if " retry " in line or " failed " in line]
+    for line in (retry, failed):
+        assert "slot 2020-01-01T00:00:00.000+00:00, key report@1577836800.0" in line
+    assert "Traceback" not in log.read_text()

@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 from rota.cli._command import CommandError
 from rota.durable import GivenBack, RunCancelled
+from rota.handoff import HandoffError
 from rota.store import redacted
 
 _hidden: set[str] = set()
@@ -41,7 +42,7 @@ def scrub(text: str) -> str:
     return redacted(text)
 
 
-EXPECTED: tuple[type[BaseException], ...] = (CommandError, RunCancelled, GivenBack)
+EXPECTED: tuple[type[BaseException], ...] = (CommandError, RunCancelled, GivenBack, HandoffError)
 """How a job's run ends without a fault of rota's: logged in one line, without a
 traceback (which would show only rota's own frames)."""
 
