@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -81,30 +80,20 @@ class KillingStore(SQLiteStore):
 
 def _postgres(prefix: str) -> Any:
     """A PostgresStore on $ROTA_PG_DSN; $PG_TIMEOUT sets its ``idle_timeout``;
-    $FREEZE=1 makes the process SIGSTOP itself inside the first transaction that
-    claimed rows (its row locks held: a frozen VM, a debugger, a long GC pause)."""
+    $FREEZE_AT (one of ``FAULT_POINTS``; $FREEZE=1: ``claim: synced``) makes the
+    process SIGSTOP itself there, in the first transaction that reaches it holding
+    rows (its row locks held: a frozen VM, a debugger, a long GC pause)."""
     from rota.store import PostgresStore
+
+    point = os.environ.get("FREEZE_AT") or ("claim: synced" if os.environ.get("FREEZE") else "")
 
     class FreezingStore(PostgresStore):
         frozen = False
-        # One transaction of this node at a time while it may freeze: the freeze then
-        # lands in the claim's transaction alone, not also inside the committer
-        # thread's pipeline between its results and its sync, where PostgreSQL 16 and
-        # older apply no timeout (see docs/durability.md, "Faults and what they cost")
-        gate = threading.RLock()
 
-        def _modify_many(self, *args: Any, **kwargs: Any) -> Any:
-            with self.gate:
-                return super()._modify_many(*args, **kwargs)
-
-        def _claim_in(self, db: Any, *args: Any) -> list[TaskRow]:
-            rows = super()._claim_in(db, *args)
-            in_transaction = db.info.transaction_status != 0  # not IDLE
-            if rows and in_transaction and os.environ.get("FREEZE") and not self.frozen:
-                # (after the claim's statements and their sync, before the commit)
+        def _at(self, here: str) -> None:
+            if here == point and not self.frozen:
                 self.frozen = True
                 os.kill(os.getpid(), signal.SIGSTOP)
-            return rows
 
     bound = float(os.environ.get("PG_TIMEOUT", "10"))
     return FreezingStore(

@@ -166,6 +166,7 @@ class DurableScheduler(Scheduler):
         "_pace",
         "_pace_from",
         "_poll",
+        "_stalled_error",
         "_store",
         "_timed",
         "_unwritten",
@@ -237,6 +238,7 @@ class DurableScheduler(Scheduler):
         self._commits = GroupCommit(store, batch, self._recorded)
         self._outage = False  # the store failed a runner's claim: retry after STORE_RETRY
         self._unwritten = False  # a completion could not be recorded since the last that was
+        self._stalled_error = ""  # the last failure of end_stalled, said once
         self._failure: tuple[str, float] | None = None  # the last store error logged, when
         self._pace = 1  # runs a runner without a pool claims next (see _paced)
         self._pace_from: tuple[Time, int, int] | None = None
@@ -1615,6 +1617,7 @@ class DurableScheduler(Scheduler):
                 if mono - last_beat >= beat_every:
                     self._heartbeat(now)
                     last_beat = mono
+                    self._end_stalled()
                 # The head, every poll (one indexed read): a write another node made
                 # for later is not notified, and nothing else would tell this one
                 head = self._wake_time()
@@ -1623,6 +1626,19 @@ class DurableScheduler(Scheduler):
             except Exception:
                 logger.exception("heartbeat failed; retrying")
             self._keeper_stop.wait(max(0.0, interval - (time.monotonic() - began)))
+
+    def _end_stalled(self) -> None:
+        """A node frozen inside a transaction holds its rows until it wakes, whatever
+        the server's timeouts: its session is ended once its transaction outlived a
+        lease (:meth:`~rota.store.Store.end_stalled`). A failure is logged (once a
+        distinct error) and changes nothing else."""
+        try:
+            self._store.end_stalled(max(self._lease, STALLED))
+        except Exception as exc:
+            what = f"{type(exc).__name__}: {exc}"
+            if what != self._stalled_error:
+                self._stalled_error = what
+                logger.warning("cannot end the sessions of frozen nodes: %s", what)
 
     def _check_step(self, jump: float, now: Time) -> None:
         """The scheduler's clock moved ``jump`` seconds more than the monotonic clock
@@ -1716,6 +1732,11 @@ class Entry(NamedTuple):
     """How many times a lease of its runs ran out and the run was taken over."""
     due: Time | None = None
     """The time of its current run (while one is held: the run the lease is for)."""
+
+
+STALLED = 2.0
+"""Seconds a transaction on a server store must have run, at least, before the other
+nodes end its session as a frozen node's (the lease, if longer)."""
 
 
 def zone_of(row: TaskRow) -> str | None:

@@ -549,6 +549,10 @@ class StoreBase(ABC):
         """See :meth:`Store.modify`."""
         return self.modify_many([Edit(task_id, change, fence)])[0]
 
+    def end_stalled(self, older_than: float) -> list[int]:
+        """See :meth:`Store.end_stalled`: an embedded store has no other sessions."""
+        return []
+
     def recent(self, task_ids: Sequence[str], per_task: int) -> dict[str, list[OutcomeRow]]:
         """See :meth:`Store.recent`: one :meth:`outcomes` read per task (each an index
         seek: cheap in a process's own SQLite file; a server store does one query)."""
@@ -668,6 +672,18 @@ class Store(Protocol):
         one commit (one fsync) for a batch's completions and the next batch's claim.
 
         Returns what each would. If it raises, neither happened.
+        """
+        ...
+
+    def end_stalled(self, older_than: float) -> list[int]:
+        """End the sessions of other processes whose transaction on this store has run
+        for more than ``older_than`` seconds (a node frozen inside it: a paused VM, a
+        debugger), so that the rows it locked are free again; the backend ids ended.
+
+        Only a server store has such sessions: PostgreSQL's ends them with
+        ``pg_terminate_backend``, which needs the nodes to share one role (or
+        ``pg_signal_backend``); the others return ``[]``. Every node's heartbeat
+        thread calls it. One statement.
         """
         ...
 

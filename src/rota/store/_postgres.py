@@ -92,6 +92,10 @@ CANCELLED = (errors.QueryCanceled, errors.LockNotAvailable)
 connection healthy."""
 REMEASURE = 30.0
 """Seconds after which a node measures its clock's offset from the server's again."""
+FAULT_POINTS = ("claim: results", "claim: synced", "completions: results",
+                "completions: synced")  # fmt: skip
+"""The points of a claim's and a completion's transaction where rows are locked and
+the node waits for nothing but itself (see :meth:`PostgresStore._at`)."""
 SOON = 1.0
 """A write whose new due time is within this many seconds notifies the other nodes."""
 
@@ -490,10 +494,13 @@ class PostgresStore(StoreBase):
                         for edit, found in zip(edits, found_all, strict=True)
                     ]  # fmt: skip
                     # Between a pipeline's results and its next statement the server
-                    # waits "active", under no timeout (up to PostgreSQL 16): a node
-                    # frozen there would hold its rows until it woke. After a sync it
-                    # waits idle in the transaction, which idle_timeout bounds.
+                    # waits "active", under no timeout (up to PostgreSQL 16); after a
+                    # sync it waits idle in the transaction, which idle_timeout should
+                    # bound and sometimes does not: a node frozen at either point is
+                    # ended by the others (end_stalled).
+                    self._at("completions: results")
                     pipeline.sync()
+                    self._at("completions: synced")
                     if then is not None:
                         then(db, pipeline.sync)
                     return results
@@ -667,9 +674,49 @@ class PostgresStore(StoreBase):
                 (_num(now), *params, limit - len(due), node, until),
             ).fetchall()
         )
-        if sync is not None:
+        if sync is not None:  # in a transaction: the claimed rows stay locked until it ends
+            if due or expired:
+                self._at("claim: results")
             sync()
+            if due or expired:
+                self._at("claim: synced")
         return claimed_rows(due, expired, _time)
+
+    def _at(self, point: str) -> None:
+        """A point inside a transaction that holds rows locked (:data:`FAULT_POINTS`),
+        where a node may freeze: nothing here; the freeze tests override it to stop
+        the process there, one point at a time, deterministically."""
+
+    def end_stalled(self, older_than: float) -> list[int]:
+        """See :meth:`rota.store.Store.end_stalled`: the backends of this database whose
+        transaction began over ``older_than`` seconds ago and holds a lock on this
+        store's tasks (a claim or a completion, never a reader's snapshot) are ended
+        (``pg_terminate_backend``); the server rolls their transactions back, which
+        frees the rows. Its own transactions are short: a statement is bounded by
+        ``statement_timeout``, so a healthy node's never lasts a lease. Logged at
+        WARNING. Raises what psycopg raises (a role that may not signal the other's
+        backends: ``pg_terminate_backend`` returns false, and nothing is ended)."""
+
+        def work(db: psycopg.Connection[Any]) -> list[int]:
+            found = db.execute(
+                "SELECT a.pid, pg_terminate_backend(a.pid) FROM pg_stat_activity a "
+                "WHERE a.pid <> pg_backend_pid() AND a.datname = current_database() "
+                "AND a.xact_start < clock_timestamp() - make_interval(secs => %s) "
+                "AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted "
+                "AND l.relation = to_regclass(%s) "
+                "AND l.mode IN ('RowExclusiveLock', 'RowShareLock'))",
+                (older_than, f"{self._p}tasks"),
+            ).fetchall()
+            return [pid for pid, ended in found if ended]
+
+        ended = self._retrying(work, transaction=False)
+        if ended:
+            logger.warning(
+                "%s: ended sessions %s: each held this store's rows in a transaction "
+                "older than %gs (a frozen node); the rows are free again",
+                self, ended, older_than,
+            )  # fmt: skip
+        return ended
 
     def heartbeat(
         self, node: str, now: Time, lease: Time, held: Collection[str]
