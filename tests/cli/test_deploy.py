@@ -105,3 +105,33 @@ def test_the_kubernetes_probes_run_as_written(tmp_path: Path) -> None:
     finally:
         loaded.send_signal(signal.SIGTERM)
         loaded.wait(60)
+
+
+def test_the_container_stays_healthy_with_a_failing_job(tmp_path: Path) -> None:
+    """The HEALTHCHECK failed for any failed job, against this page's own advice for
+    Kubernetes (a failing job is an alert, not a reason to restart the scheduler)."""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    [health] = re.findall(r"^HEALTHCHECK .* CMD (.*)$", dockerfile, flags=re.MULTILINE)
+    env = _env(tmp_path)
+
+    def healthy() -> bool:
+        done = subprocess.run(["sh", "-c", health], cwd=tmp_path, env=env,
+                              capture_output=True, timeout=60, check=False)  # fmt: skip
+        return done.returncode == 0
+
+    assert not healthy()  # no store: the node cannot work
+    (tmp_path / "jobs.toml").write_text(
+        '[[jobs]]\nid = "bad"\nat = "2020-01-01T00:00:00Z"\ncommand = "exit 3"\n'
+    )
+    node = subprocess.Popen(["rota", "run", "jobs.toml", "--store", env["ROTA_STORE"],
+                             "--live", "no"], cwd=tmp_path, env=env,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        check = ["rota", "check", "--store", env["ROTA_STORE"]]
+        wait_until(lambda: (tmp_path / "rota.db").exists() and subprocess.run(
+            check, cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False
+        ).returncode == 1, 60)  # fmt: skip
+        assert healthy()
+    finally:
+        node.send_signal(signal.SIGTERM)
+        node.wait(60)
