@@ -118,7 +118,8 @@ class StoreSource:
 
     def __init__(self, scheduler: DurableScheduler) -> None:
         self.scheduler = scheduler
-        self.name = redacted(str(scheduler.store))
+        store = scheduler.store
+        self.name = redacted(str(getattr(store, "url", store)))
 
     def entries(self, *, after: str | None = None, limit: int | None = None) -> list[Entry]:
         """See :meth:`Source.entries`: one listing query per 10,000 tasks (or ``limit``)."""

@@ -53,6 +53,24 @@ def time_shown(at: float | None, tz: tzinfo) -> str:
     return datetime.fromtimestamp(at, tz).isoformat(timespec=spec)
 
 
+UNITS = (("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1))
+
+
+def relative(at: float | None, now: float) -> str:
+    """A time for people at a glance, from ``now``: ``in 4 s``, ``3 min ago``, ``in 2 h``,
+    ``5 d ago``, ``now`` within a second; ``-`` for ``None``. Pages show it with the
+    absolute time (:func:`time_shown`) on hover. O(1)."""
+    if at is None:
+        return "-"
+    delta = at - now
+    size = abs(delta)
+    if size < 1:
+        return "now"
+    unit, seconds = next(u for u in UNITS if size >= u[1])
+    count = int(size // seconds)
+    return f"in {count} {unit}" if delta > 0 else f"{count} {unit} ago"
+
+
 def printable(text: str) -> str:
     """A job id as shown in one-line output: control characters escaped. O(len)."""
     return text if text.isprintable() else text.encode("unicode_escape").decode()

@@ -87,7 +87,7 @@ def test_a_new_outcome_appears_on_an_open_page_within_two_seconds(
 def test_pause_from_the_page_reaches_the_node(node: Served, cli: Cli, page: Any) -> None:
     page.goto(node.url + "jobs/often")
     page.fill("#note", "deploying the database")
-    page.click("section.controls button:has-text('Pause')")
+    page.click(".buttons button:has-text('Pause')")
     cli.wait(lambda: _task(cli, "often").get("paused") is True, 10)
     page.locator("#flash").filter(has_text="paused").wait_for()
     runs = len(history(cli, "often"))
@@ -131,6 +131,7 @@ def test_with_a_token_controls_need_the_login_and_other_origins_change_nothing(
         cli.wait(lambda: history(cli, "guarded") != [], 30)
         page.goto(node.url + "jobs/guarded")
         assert page.locator("section.controls").count() == 0
+        assert page.locator(".buttons button").count() == 0
         # the API refuses the page's own fetch without the token
         status = page.evaluate(
             "async (u) => (await fetch(u, {method: 'POST'})).status",
@@ -159,7 +160,7 @@ def test_with_a_token_controls_need_the_login_and_other_origins_change_nothing(
             other.server_close()
         assert _task(cli, "guarded")["paused"] is False
         assert "pause 'guarded' refused" in node.log.read_text()  # it did post
-        page.click("section.controls button:has-text('Pause')")
+        page.click(".buttons button:has-text('Pause')")
         cli.wait(lambda: _task(cli, "guarded").get("paused") is True, 10)
         assert "open-sesame-42" not in node.stop()
     finally:

@@ -34,6 +34,9 @@ class MemoryStore(StoreBase):
     :meth:`get` O(1) plus the copy; :meth:`claim` and :meth:`next_due` O(n).
     """
 
+    url = "memory:"
+    """The store as ``--store`` names it."""
+
     def __init__(self, clock: Callable[[], Time] | None = None) -> None:
         super().__init__()
         self._clock = clock

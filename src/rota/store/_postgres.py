@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 try:
     import psycopg
     from psycopg import errors
+    from psycopg.conninfo import conninfo_to_dict
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "rota.store.PostgresStore needs the postgres extra: pip install 'rota[postgres]'"
@@ -248,6 +249,21 @@ class PostgresStore(StoreBase):
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._safe_url()!r}, prefix={self._p!r})"
+
+    @property
+    def url(self) -> str:
+        """The store as ``--store`` names it, its password hidden:
+        ``postgresql://app@db:5432/app`` (a ``key=value`` connection string is shown
+        as that URL too). O(len)."""
+        if self.conninfo.startswith(("postgresql://", "postgres://")):
+            return self._safe_url()
+        try:
+            parts = conninfo_to_dict(self.conninfo)
+        except psycopg.ProgrammingError:
+            return self._safe_url()
+        user = f"{parts['user']}@" if parts.get("user") else ""
+        port = f":{parts['port']}" if parts.get("port") else ""
+        return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
 
     def _safe_url(self) -> str:
         """The connection string as it may be shown: a password, in a URL

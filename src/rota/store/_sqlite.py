@@ -187,6 +187,11 @@ class SQLiteStore(StoreBase):
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
 
+    @property
+    def url(self) -> str:
+        """The store as ``--store`` names it: ``sqlite:////absolute/path.db``. O(1)."""
+        return f"sqlite:///{os.path.abspath(self.path)}"
+
     # -- connections -----------------------------------------------------
 
     def _db(self) -> sqlite3.Connection:

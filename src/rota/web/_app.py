@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -45,6 +45,7 @@ from rota.report import (
     overdue,
     printable,
     ran_at,
+    relative,
     time_shown,
 )
 from rota.schedules import Schedule
@@ -78,6 +79,8 @@ SPARK = 20
 RESULTS = frozenset({"ok", "retry", "failed", "cancelled"})
 """The results a store records (any other text is escaped before it is drawn)."""
 
+FAILURE_ROWS = 50
+"""Failing jobs the failures page shows a page."""
 PAGE_ROWS = 100
 """Jobs the list shows on one page (a link gives the next)."""
 
@@ -97,9 +100,11 @@ class JobRow(NamedTuple):
     status: str
     paused: bool
     next: str
+    next_rel: str
     late: str | None
     last: str | None
     last_time: str
+    last_rel: str
     error: str
     schedule: str
     unreadable: str | None
@@ -249,9 +254,11 @@ class Dashboard:
                 status=str(info.status),
                 paused=info.paused,
                 next=time_shown(info.next_run_time, tz),
+                next_rel=relative(info.next_run_time, now),
                 late=lateness(info, now),
                 last=last.result if last else None,
                 last_time=time_shown(ran_at(last), tz) if last else "-",
+                last_rel=relative(ran_at(last), now) if last else "-",
                 error=first_line(error_shown(last.error)) if last else "",
                 schedule=described(info.schedule, tz),
                 unreadable=entry.unreadable,
@@ -260,27 +267,32 @@ class Dashboard:
         return shown
 
     async def jobs_page(self, request: Request) -> Response:
-        """Every job, :data:`PAGE_ROWS` a page (``?after=ID`` for the next), or those
-        a filter (failed, paused, overdue) or a search of ids keeps. Unfiltered, one
-        page of the store's listing is read; filtered, the whole listing."""
-        wanted = request.query_params.get("filter", "")
-        search = request.query_params.get("q", "").strip().lower()
-        after = request.query_params.get("after") or None
-        if wanted or search:
-            entries = [
-                e for e in self.source.entries()
-                if _kept(e, wanted, time.time()) and search in str(e.info.task_id).lower()
-            ]  # fmt: skip
-            total: int | None = len(entries)
-            entries = [e for e in entries if after is None or str(e.info.task_id) > after]
-        else:
-            entries, total = self.source.entries(after=after, limit=PAGE_ROWS + 1), None
-        more = len(entries) > PAGE_ROWS
-        entries = entries[:PAGE_ROWS]
+        """Every job, or those a filter (failed, paused, overdue) or a search of ids
+        keeps: sorted by a column (``?sort=job|status|next|last``, ``&desc=1``),
+        :data:`PAGE_ROWS` a page (``?page=N``), under a summary of them all. One
+        listing read, O(n log n) per render (shared by the pages polling it)."""
+        query = request.query_params
+        wanted, search = query.get("filter", ""), query.get("q", "").strip().lower()
+        sort = query.get("sort", "job") if query.get("sort") in SORTS else "job"
+        desc = query.get("desc") == "1"
+        now = time.time()
+        everything = self.source.entries()
+        entries = [
+            e for e in everything
+            if _kept(e, wanted, now) and search in str(e.info.task_id).lower()
+        ]  # fmt: skip
+        entries.sort(key=lambda e: SORTS[sort](e, now), reverse=desc)
+        pages = max(1, -(-len(entries) // PAGE_ROWS))
+        try:
+            number = min(max(1, int(query.get("page", "1"))), pages)
+        except ValueError:
+            number = 1
+        shown = entries[(number - 1) * PAGE_ROWS : number * PAGE_ROWS]
         return self.page(request, "jobs.html", {
-            "rows": self.rows(entries, sparks=True), "total": total, "filter": wanted,
-            "q": search, "after": after,
-            "next_after": str(entries[-1].info.task_id) if more else None,
+            "rows": self.rows(shown, sparks=True), "total": len(entries),
+            "summary": _summary(everything, now), "filter": wanted, "q": search,
+            "sort": sort, "desc": desc, "page": number, "pages": _page_numbers(number, pages),
+            "last_page": pages,
         })  # fmt: skip
 
     async def job_page(self, request: Request) -> Response:
@@ -316,19 +328,35 @@ class Dashboard:
         })  # fmt: skip
 
     async def failures_page(self, request: Request) -> Response:
-        """``GET /failures``: each job whose latest run failed or is retried, newest first."""
+        """``GET /failures``: each job whose latest run failed or is retried, newest
+        first, once, with how many of its last :data:`SPARK` runs failed (repeats
+        grouped, not a box each); :data:`FAILURE_ROWS` a page (``?page=N``). One
+        listing and one read of the recent runs of the page's jobs."""
         failed = [
             e for e in self.source.entries() if e.last and e.last.result in ("failed", "retry")
         ]
         failed.sort(key=lambda e: e.last.finished if e.last else 0, reverse=True)
-        shown = [
-            {"id": str(e.info.task_id), "result": e.last.result,
-             "time": time_shown(ran_at(e.last), job_zone(e.zone)),
-             "error": error_shown(e.last.error) or ""}
-            for e in failed if e.last
-        ]  # fmt: skip
+        pages = max(1, -(-len(failed) // FAILURE_ROWS))
+        try:
+            number = min(max(1, int(request.query_params.get("page", "1"))), pages)
+        except ValueError:
+            number = 1
+        failed = failed[(number - 1) * FAILURE_ROWS : number * FAILURE_ROWS]
+        recent = self.source.recent([str(e.info.task_id) for e in failed], SPARK)
+        shown = []
+        for e in failed:
+            assert e.last is not None
+            runs = recent.get(str(e.info.task_id), [])
+            shown.append({
+                "id": str(e.info.task_id), "result": e.last.result,
+                "time": time_shown(ran_at(e.last), job_zone(e.zone)),
+                "ago": relative(ran_at(e.last), time.time()),
+                "error": error_shown(e.last.error) or "",
+                "failures": sum(o.result in ("failed", "retry") for o in runs), "runs": len(runs),
+            })  # fmt: skip
         return self.page(request, "live.html", {
             "rows": shown, "heading": "Failures", "live": "failures_live.html",
+            "page": number, "pages": _page_numbers(number, pages), "last_page": pages,
         })  # fmt: skip
 
     async def nodes_page(self, request: Request) -> Response:
@@ -465,6 +493,7 @@ class Dashboard:
             Route("/api/jobs/{job_id:path}", self.api_job),
             Route("/metrics", self.metrics),
             Route("/healthz", self.healthz),
+            Route("/favicon.ico", _favicon),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ]
         return Starlette(routes=routes)
@@ -539,23 +568,86 @@ def _kept(entry: Any, wanted: str, now: float) -> bool:
     return True
 
 
+async def _favicon(request: Request) -> Response:
+    """``GET /favicon.ico``: the dashboard's icon (browsers ask for it by that name)."""
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
+
+
+def _status_rank(entry: Any, now: float) -> tuple[int, str]:
+    info = entry.info
+    late = lateness(info, now)
+    order = {"running": 0, "queued": 1, "failed": 2, "scheduled": 3, "done": 4, "cancelled": 5}
+    rank = 2 if late == "overdue" else order.get(str(info.status), 6)
+    return rank, str(info.task_id)
+
+
+def _next_key(entry: Any, now: float) -> tuple[bool, float, str]:
+    nxt = entry.info.next_run_time
+    return nxt is None, 0.0 if nxt is None else float(nxt), str(entry.info.task_id)
+
+
+def _last_key(entry: Any, now: float) -> tuple[int, float, str]:
+    last = entry.last
+    order = {"failed": 0, "retry": 1, "cancelled": 2, "ok": 3}
+    if last is None:
+        return 4, 0.0, str(entry.info.task_id)
+    return order.get(last.result, 4), -float(last.finished), str(entry.info.task_id)
+
+
+SORTS: dict[str, Callable[[Any, float], Any]] = {
+    "job": lambda entry, now: str(entry.info.task_id),
+    "status": _status_rank,
+    "next": _next_key,
+    "last": _last_key,
+}
+"""The jobs list's sortable columns: each a key of an entry at ``now``."""
+
+
+def _summary(entries: list[Any], now: float) -> dict[str, int]:
+    """The counts the jobs page heads with, over every job. O(n)."""
+    counts = {"jobs": len(entries), "failing": 0, "paused": 0, "overdue": 0, "running": 0}
+    for entry in entries:
+        info, last = entry.info, entry.last
+        counts["failing"] += last is not None and last.result in ("failed", "retry")
+        counts["paused"] += bool(info.paused)
+        counts["overdue"] += overdue(info, now)
+        counts["running"] += str(info.status) in ("running", "queued")
+    return counts
+
+
+def _page_numbers(current: int, last: int) -> list[int | None]:
+    """The page links to show: the first, the last, and two either side of the
+    current one; ``None`` where numbers are left out (an ellipsis)."""
+    wanted = sorted({1, last, *range(max(1, current - 2), min(last, current + 2) + 1)})
+    shown: list[int | None] = []
+    for number in wanted:
+        previous = shown[-1] if shown else None
+        if previous is not None and number - previous > 1:
+            shown.append(None)
+        shown.append(number)
+    return shown
+
+
 def _chart(history: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Duration and lag of the runs, oldest first, as SVG polyline points (server-side:
-    no chart library in the page)."""
+    """Duration and lag of the runs, oldest first, as SVG polyline points with a
+    seconds axis (ticks at 0, half and the top) and its oldest/newest ends labelled
+    (server-side: no chart library in the page)."""
     points = [(h["took"], h["lag"]) for h in history if h["took"] is not None]
     if len(points) < 2:
         return None
-    width, height = 600, 120
+    width, height, left, bottom, top_pad = 600, 150, 44, 14, 24
     top = max(max(t, lag, 0.0) for t, lag in points) or 1.0
-    step = width / (len(points) - 1)
+    step = (width - left) / (len(points) - 1)
+    span = height - bottom - top_pad
+
+    def y(value: float) -> float:
+        return height - bottom - max(value, 0.0) / top * span
 
     def line(values: list[float]) -> str:
-        return " ".join(
-            f"{i * step:.1f},{height - max(v, 0.0) / top * (height - 10):.1f}"
-            for i, v in enumerate(values)
-        )
+        return " ".join(f"{left + i * step:.1f},{y(v):.1f}" for i, v in enumerate(values))
 
+    ticks = [{"y": round(y(v), 1), "label": f"{v:.3g}"} for v in (0.0, top / 2, top)]
     return {
-        "width": width, "height": height, "top": f"{top:.3g}s",
+        "width": width, "height": height, "left": left, "ticks": ticks,
         "duration": line([t for t, _ in points]), "lag": line([lag for _, lag in points]),
     }  # fmt: skip
