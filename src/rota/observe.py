@@ -21,7 +21,7 @@ from rota import DurableScheduler, Event, EventKind, Scheduler, TaskInfo
 from rota._types import error_text, recorded_result
 from rota.durable import Entry, zone_of
 from rota.report import status_entry
-from rota.store import OutcomeRow, redacted
+from rota.store import NodeRow, OutcomeRow, redacted
 
 OPERATIONS = ("pause", "resume", "trigger", "cancel")
 """The controls a dashboard or the HTTP API may apply, as the command's subcommands."""
@@ -74,6 +74,14 @@ class Source(Protocol):
 
     def leases(self) -> list[Lease]:
         """The runs nodes hold now (empty in memory: runs hold no lease)."""
+        ...
+
+    def nodes(self) -> list[NodeRow]:
+        """Every node its heartbeats recorded (empty in memory: one process)."""
+        ...
+
+    def now(self) -> float:
+        """The time nodes' heartbeats are on: the store's own, else this host's."""
         ...
 
     def check(self) -> str | None:
@@ -162,6 +170,15 @@ class StoreSource:
     def leases(self) -> list[Lease]:
         """See :meth:`Source.leases`: one listing of the tasks."""
         return leases_of(self.entries())
+
+    def nodes(self) -> list[NodeRow]:
+        """See :meth:`Source.nodes`: one read."""
+        return self.scheduler.store.nodes()
+
+    def now(self) -> float:
+        """See :meth:`Source.now`."""
+        own = self.scheduler.store.now()
+        return time.time() if own is None else float(own)
 
     def check(self) -> str | None:
         """See :meth:`Source.check`: one small read."""
@@ -281,6 +298,14 @@ class MemorySource:
     def leases(self) -> list[Lease]:
         """See :meth:`Source.leases`: none in memory."""
         return []
+
+    def nodes(self) -> list[NodeRow]:
+        """See :meth:`Source.nodes`: none in memory."""
+        return []
+
+    def now(self) -> float:
+        """See :meth:`Source.now`: this host's."""
+        return time.time()
 
     def check(self) -> str | None:
         """See :meth:`Source.check`: memory always answers."""

@@ -43,6 +43,7 @@ from rota.store import (
     Change,
     Edit,
     MemoryStore,
+    NodeRow,
     SQLiteStore,
     Store,
     StoreError,
@@ -1860,3 +1861,25 @@ def test_a_reused_engine_carries_nothing_of_the_task_it_served_before() -> None:
             assert all(engine.next_time() is None for engine in durable._engines)
     assert seen["durable"] == seen["memory"]
     assert ("fails", 3.0, "failed", 2) in seen["durable"]  # after two retries
+
+
+def test_every_store_keeps_each_nodes_heartbeat_and_prunes_the_old(store: Store) -> None:
+    """What the nodes page reads, the same on every store: a node's first and last
+    beat and its lease; a node whose last beat is older than a prune is forgotten."""
+    sched = DurableScheduler(store, clock=ManualClock(1000))
+    store.beat("a", 1000, 30)
+    store.beat("b", 1005, 10)
+    store.beat("a", 1020.5, 30)
+    assert store.nodes() == [NodeRow("a", 1000, 1020.5, 30), NodeRow("b", 1005, 1005, 10)]
+    sched.prune(1010)
+    assert [n.node for n in store.nodes()] == ["a"]
+
+
+def test_a_running_node_beats_while_it_holds_no_run(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "n.db")
+    sched = DurableScheduler(store, lease=0.3, poll=0.02)
+    with Runner(sched):
+        wait_until(lambda: [n.node for n in store.nodes()] == [sched.node], 10)
+        first = store.nodes()[0].seen
+        wait_until(lambda: store.nodes()[0].seen > first, 10)
+    assert store.nodes()[0].lease == 0.3

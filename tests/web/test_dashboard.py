@@ -134,3 +134,32 @@ def test_the_chart_has_a_seconds_axis(fleet: tuple[Cli, Served], page: Any) -> N
     assert "seconds" in texts
     assert "0" in texts
     assert {"oldest", "newest run"} <= set(texts)
+
+
+def test_the_nodes_page_lists_every_node_with_its_heartbeat(
+    fleet: tuple[Cli, Served], page: Any
+) -> None:
+    """It said "No node holds a run now" while an idle node ran: nodes are listed by
+    their heartbeats, idle or not, and one that stopped beating is marked dead."""
+    cli, node = fleet
+    from rota import DurableScheduler
+    from rota.store import SQLiteStore
+
+    store = SQLiteStore(cli.dir / "state.db")
+    try:  # a node that beat once, long ago (its lease long past): dead
+        DurableScheduler(store)
+        store.beat("gone-host:1:dead", 1_000_000_000, 30)
+    finally:
+        store.close()
+    page.goto(node.url + "nodes")
+    sections = page.locator("section.node")
+    sections.first.wait_for()
+    live = page.locator("section.node:not(.dead)")
+    assert live.count() == 1
+    assert "live" in live.first.locator("h2").inner_text()
+    assert re.search(r"Last heartbeat (now|\d+ s ago)", live.first.inner_text())
+    dead = page.locator("section.node.dead")
+    assert dead.count() == 1
+    assert "gone-host:1:dead" in dead.first.inner_text()
+    assert "no heartbeat for longer than its lease" in dead.first.inner_text()
+    assert page.locator("p.count").first.inner_text() == "1 live of 2 nodes"

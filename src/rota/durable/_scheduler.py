@@ -1617,6 +1617,7 @@ class DurableScheduler(Scheduler):
                 if mono - last_beat >= beat_every:
                     self._heartbeat(now)
                     last_beat = mono
+                    self._store.beat(self._node, self._store_time(now), self._lease)
                     self._end_stalled()
                 # The head, every poll (one indexed read): a write another node made
                 # for later is not notified, and nothing else would tell this one

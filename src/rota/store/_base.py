@@ -385,6 +385,16 @@ def ahead(edits: Sequence[Edit]) -> list[bool]:
     return [edit.expect is not None and counts[edit.task_id] == 1 for edit in edits]
 
 
+class NodeRow(NamedTuple):
+    """A node as its heartbeats recorded it: its name, when it first beat, when it
+    last did, and its lease (seconds: past it without a beat, the node is dead)."""
+
+    node: str
+    started: Time
+    seen: Time
+    lease: Time
+
+
 class Known(NamedTuple):
     """Which runs a node can claim: those of actions it can run (``names``: those it
     registered and the import paths it declared itself, and the other import paths,
@@ -673,6 +683,17 @@ class Store(Protocol):
 
         Returns what each would. If it raises, neither happened.
         """
+        ...
+
+    def beat(self, node: str, now: Time, lease: Time) -> None:
+        """Record that ``node`` is alive at ``now`` (its lease ``lease``): every node's
+        heartbeat thread calls it each beat, holding runs or not, so that the nodes
+        page lists idle nodes and marks dead ones. One upsert."""
+        ...
+
+    def nodes(self) -> list[NodeRow]:
+        """Every node that beat since the last :meth:`prune` of its time, by name. One
+        read."""
         ...
 
     def end_stalled(self, older_than: float) -> list[int]:

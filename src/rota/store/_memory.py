@@ -15,6 +15,7 @@ from ._base import (
     Edit,
     Known,
     Listed,
+    NodeRow,
     OutcomeRow,
     StoreBase,
     TaskRow,
@@ -43,6 +44,7 @@ class MemoryStore(StoreBase):
         self._lock = threading.Lock()
         self._rows: dict[str, TaskRow] = {}
         self._outcomes: dict[tuple[str, Time, int, int], OutcomeRow] = {}
+        self._nodes: dict[str, NodeRow] = {}
         self._seq = 0
         self._version = 0
 
@@ -228,9 +230,21 @@ class MemoryStore(StoreBase):
                 if o.task_id == task_id and start <= o.slot < end
             }  # fmt: skip
 
+    def beat(self, node: str, now: Time, lease: Time) -> None:
+        """See :meth:`rota.store.Store.beat`."""
+        with self._lock:
+            found = self._nodes.get(node)
+            self._nodes[node] = NodeRow(node, now if found is None else found.started, now, lease)
+
+    def nodes(self) -> list[NodeRow]:
+        """See :meth:`rota.store.Store.nodes`."""
+        with self._lock:
+            return [self._nodes[node] for node in sorted(self._nodes)]
+
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`rota.store.Store.prune`. O(n)."""
         with self._lock:
+            self._nodes = {n: row for n, row in self._nodes.items() if row.seen >= before}
             old = [k for k, o in self._outcomes.items() if o.finished < before][:limit]
             for key in old:
                 del self._outcomes[key]

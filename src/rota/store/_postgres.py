@@ -51,6 +51,7 @@ from ._base import (
     Edit,
     Known,
     Listed,
+    NodeRow,
     OutcomeRow,
     StoreBase,
     StoreError,
@@ -74,7 +75,7 @@ T = TypeVar("T")
 
 logger = logging.getLogger("rota.store")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RETRIES = 5
 """Attempts of one transaction that hit a unique violation or a lost connection."""
 LOCK_TIMEOUT = 5.0
@@ -149,6 +150,10 @@ def _migrations(p: str) -> list[list[str]]:
             f"ALTER TABLE {p}outcomes ADD COLUMN IF NOT EXISTS skipped_by text",
         ],
         [renamed_actions_sql(p)],  # the import package's name, rota since cadence
+        [  # each node's heartbeat (see SQLite's step)
+            f"CREATE TABLE IF NOT EXISTS {p}nodes (node text PRIMARY KEY, started numeric "
+            "NOT NULL, seen numeric NOT NULL, lease numeric NOT NULL)",
+        ],
     ]
 
 
@@ -903,11 +908,33 @@ class PostgresStore(StoreBase):
                 got[outcome.task_id].append(outcome)
         return got
 
+    def beat(self, node: str, now: Time, lease: Time) -> None:
+        """See :meth:`rota.store.Store.beat`: one statement, its own transaction."""
+
+        def work(db: psycopg.Connection[Any]) -> None:
+            db.execute(
+                f"INSERT INTO {self._p}nodes VALUES (%s, %s, %s, %s) ON CONFLICT (node) "
+                "DO UPDATE SET seen = excluded.seen, lease = excluded.lease",
+                (node, _num(now), _num(now), _num(lease)),
+            )
+
+        self._retrying(work, transaction=False)
+
+    def nodes(self) -> list[NodeRow]:
+        """See :meth:`rota.store.Store.nodes`."""
+
+        def work(db: psycopg.Connection[Any]) -> list[NodeRow]:
+            found = db.execute(f"SELECT * FROM {self._p}nodes ORDER BY node").fetchall()
+            return [NodeRow(n, _time(a), _time(b), _time(c)) for n, a, b, c in found]
+
+        return self._retrying(work, transaction=False)
+
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`rota.store.Store.prune`."""
         p = self._p
 
         def work(db: psycopg.Connection[Any]) -> int:
+            db.execute(f"DELETE FROM {p}nodes WHERE seen < %s", (_num(before),))
             gone: int = db.execute(
                 f"DELETE FROM {p}outcomes WHERE ctid = ANY(ARRAY(SELECT ctid FROM {p}outcomes "
                 "WHERE finished < %s LIMIT %s))",

@@ -38,6 +38,7 @@ from ._base import (
     Edit,
     Known,
     Listed,
+    NodeRow,
     OutcomeRow,
     StoreBase,
     StoreError,
@@ -60,7 +61,7 @@ T = TypeVar("T")
 
 logger = logging.getLogger("rota.store")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema this code writes; an older one is migrated forward, a newer one refused."""
 
 BUSY_TIMEOUT = 30.0
@@ -133,6 +134,10 @@ def _migrations(p: str) -> list[list[str]]:
             f"ALTER TABLE {p}outcomes ADD COLUMN skipped_by TEXT",
         ],
         [renamed_actions_sql(p)],  # the import package's name, rota since cadence
+        [  # each node's heartbeat, for the nodes page: idle nodes listed, dead ones marked
+            f"CREATE TABLE IF NOT EXISTS {p}nodes (node TEXT PRIMARY KEY, started NOT NULL, "
+            "seen NOT NULL, lease NOT NULL)",
+        ],
     ]
 
 
@@ -608,10 +613,25 @@ class SQLiteStore(StoreBase):
         )
         return {slot for (slot,) in found.fetchall()}
 
+    def beat(self, node: str, now: Time, lease: Time) -> None:
+        """See :meth:`rota.store.Store.beat`."""
+        with self._write() as db:
+            db.execute(
+                f"INSERT INTO {self._p}nodes VALUES (?, ?, ?, ?) ON CONFLICT (node) DO UPDATE "
+                "SET seen = excluded.seen, lease = excluded.lease",
+                (node, now, now, lease),
+            )
+
+    def nodes(self) -> list[NodeRow]:
+        """See :meth:`rota.store.Store.nodes`."""
+        found = self._db().execute(f"SELECT * FROM {self._p}nodes ORDER BY node").fetchall()
+        return [NodeRow(*row) for row in found]
+
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`rota.store.Store.prune`."""
         p = self._p
         with self._write() as db:
+            db.execute(f"DELETE FROM {p}nodes WHERE seen < ?", (before,))
             gone: int = db.execute(
                 f"DELETE FROM {p}outcomes WHERE (task_id, slot, attempt, fence) IN "
                 f"(SELECT task_id, slot, attempt, fence FROM {p}outcomes WHERE finished < ? "

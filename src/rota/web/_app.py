@@ -360,15 +360,30 @@ class Dashboard:
         })  # fmt: skip
 
     async def nodes_page(self, request: Request) -> Response:
-        """``GET /nodes``: the runs each node holds now. One listing."""
-        leases = self.source.leases()
-        nodes: dict[str, list[dict[str, Any]]] = {}
-        for lease in leases:
+        """``GET /nodes``: every node its heartbeats recorded, live or dead (no beat for
+        longer than its lease), with its last heartbeat and the runs it holds now; a
+        node holding runs that recorded no heartbeat yet is listed too. Two reads."""
+        now = self.source.now()
+        held: dict[str, list[dict[str, Any]]] = {}
+        for lease in self.source.leases():
             tz = job_zone(lease.zone)
-            nodes.setdefault(redacted(lease.node), []).append({
+            held.setdefault(lease.node, []).append({
                 "id": lease.task_id, "due": time_shown(lease.due, tz),
                 "until": time_shown(lease.until, tz), "takeovers": lease.takeovers,
             })  # fmt: skip
+        here = local_zone()
+        nodes = [
+            {"name": redacted(n.node), "live": now - n.seen <= n.lease,
+             "seen": relative(n.seen, now), "seen_at": time_shown(n.seen, here),
+             "since": time_shown(n.started, here), "runs": held.pop(n.node, [])}
+            for n in self.source.nodes()
+        ]  # fmt: skip
+        nodes += [
+            {"name": redacted(node), "live": True, "seen": "-", "seen_at": "-", "since": "-",
+             "runs": runs}
+            for node, runs in sorted(held.items())
+        ]  # fmt: skip
+        nodes.sort(key=lambda n: (not n["live"], n["name"]))
         return self.page(request, "live.html", {
             "nodes": nodes, "durable": self.source.durable, "heading": "Nodes",
             "live": "nodes_live.html",
