@@ -166,6 +166,8 @@ def test_jitter_delays_each_slot_by_its_own_offset_and_keeps_the_nominal_slot(
     (run,) = sched.tick(600 + offset)
     assert run.at == 600  # the slot; started after its offset
     assert run.started == 600 + offset
+    assert run.jitter == offset
+    assert run.lag == pytest.approx(0, abs=1e-9)  # the jitter it was given is not lag
     assert keys == ["t@600"]
     assert sched.next_run_time("t") == 660 + jitter_offset("t", 660, 30)
 

@@ -509,18 +509,20 @@ class Driver:
             summary = None if error is None else _one_line(error)
             runs_logger.log(
                 level,
-                "task %r: run at %s %s (attempt %d) in %s, lag %s%s",
+                "task %r: run at %s %s (attempt %d) in %s, lag %s%s%s",
                 outcome.task_id,
                 self._time_shown(outcome.at),
                 shown,
                 outcome.attempt,
                 _seconds(took),
                 _seconds(outcome.lag),
+                f" (after a jitter of {_seconds(outcome.jitter)})" if outcome.jitter else "",
                 "" if summary is None else f": {summary}",
                 exc_info=error if level == logging.ERROR else None,
                 extra={
                     "job": str(outcome.task_id), "at": outcome.at, "attempt": outcome.attempt,
                     "result": shown, "duration": took, "lag": outcome.lag,
+                    "jitter": outcome.jitter,
                     "error": summary, "node": getattr(self._scheduler, "node", None),
                 },
             )  # fmt: skip

@@ -860,7 +860,8 @@ class Engine:
         if plan is None:  # the contract's defaults: no retries, one run
             result = OK if error is None else Result.FAILED
             task.last = outcome = _new_outcome(
-                RunOutcome, (entry[2], entry[0], result, error, 0, started, 0, value, NO_SKIPS)
+                RunOutcome,
+                (entry[2], entry[0], result, error, 0, started, 0, value, NO_SKIPS, 0),
             )
             if task.status is not CANCELLED:
                 self._finish(task, DONE if error is None else FAILED)
@@ -915,8 +916,10 @@ class Engine:
             outcome = self._record(task, at, RETRY, error, attempt, started, skipped_by, value)
             self._queue_retry(task, plan, attempt, retry, at)
             return outcome
+        jitter = jitter_offset(entry[2], at, plan.jitter) if plan.jitter and not attempt else 0
         task.last = outcome = _new_outcome(
-            RunOutcome, (entry[2], at, result, error, attempt, started, skipped, value, skipped_by)
+            RunOutcome,
+            (entry[2], at, result, error, attempt, started, skipped, value, skipped_by, jitter),
         )
         if extra:
             nxt = _slot_over(plan, nxt, started, finished, attempt)
@@ -946,9 +949,12 @@ class Engine:
     ) -> RunOutcome:
         """Make the run's outcome and keep it as the task's last (off the hot path)."""
         skipped = sum(skipped_by.values())
+        plan, task_id = task.plan, task.entry[2]
+        every = None if plan is None or attempt else plan.jitter
+        offset = jitter_offset(task_id, at, every) if every else 0
         outcome: RunOutcome = _new_outcome(
             RunOutcome,
-            (task.entry[2], at, result, error, attempt, started, skipped, value, skipped_by),
+            (task_id, at, result, error, attempt, started, skipped, value, skipped_by, offset),
         )
         task.last = outcome
         return outcome

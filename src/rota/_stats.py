@@ -80,7 +80,7 @@ class Stats:
                 by = self._skipped_by
                 for reason, count in outcome.skips().items():
                     by[reason] = by.get(reason, 0) + count
-            self._lags.append(outcome.started - outcome.at)
+            self._lags.append(outcome.started - outcome.at - outcome.jitter)
 
     def record_all(self, outcomes: Iterable[RunOutcome]) -> None:
         """:meth:`record` each outcome. O(k)."""

@@ -115,7 +115,10 @@ class RunOutcome(NamedTuple):
     ``overlap``, ``deadline``), e.g. ``{"deadline": 2}``; empty when none was.
     ``value`` is what the action returned (for an ``async def`` action, what it
     returned when awaited), or ``None``. At ``at`` a run of a jittered task has
-    its slot; it started after its offset.
+    its slot; ``jitter`` is the offset it was meant to start after (0 for a task
+    without jitter, and for retries, which run unjittered), so its :attr:`lag`,
+    ``started - at - jitter``, is how late it started against the time it was
+    due, not the jitter it was given.
 
     On an epoch clock (``time.time``), :meth:`at_datetime` and
     :meth:`started_datetime` give the times as aware datetimes.
@@ -130,6 +133,7 @@ class RunOutcome(NamedTuple):
     skipped: int = 0
     value: object = None
     skipped_by: Skips = NO_SKIPS
+    jitter: Time = 0
 
     def skips(self) -> Skips:
         """``skipped_by``, or for an outcome made without it (by hand, or read back from
@@ -140,8 +144,9 @@ class RunOutcome(NamedTuple):
 
     @property
     def lag(self) -> Time:
-        """``started - at``: how late the run started. O(1)."""
-        return self.started - self.at
+        """``started - at - jitter``: how late the run started against the time it
+        was due (``started - at`` for a task without jitter). O(1)."""
+        return self.started - self.at - self.jitter
 
     def at_datetime(self, tz: tzinfo = UTC) -> datetime:
         """``at`` as an aware datetime in ``tz``, for a scheduler on an epoch clock. O(1)."""

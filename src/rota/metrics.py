@@ -131,7 +131,7 @@ class Collector(_PrometheusCollector):
             for _ in range(len(pending)):  # appends meanwhile wait for the next fold
                 outcome, ended = pending.popleft()
                 # (RunOutcome's fields in order: one unpacking, not seven lookups)
-                task_id, at, result, error, _, started, skipped, _, _ = outcome
+                task_id, at, result, error, _, started, skipped, _, _, jitter = outcome
                 job = task_id if type(task_id) is str else str(task_id)
                 if job not in labels:
                     if len(labels) < cap:
@@ -142,7 +142,7 @@ class Collector(_PrometheusCollector):
                 runs[key] = runs.get(key, 0) + 1
                 if ended is not None:
                     durations.add(job, ended - started)
-                lags.add(job, started - at)
+                lags.add(job, started - at - jitter)  # lag, not the jitter it was given
                 if skipped:
                     for reason, count in outcome.skips().items():
                         key = (job, reason)

@@ -187,3 +187,18 @@ def test_log_output_caps_or_silences_a_chatty_job(cli: Cli) -> None:
     done = _rota(cli, "plan", str(cli.jobs))
     assert done.returncode == 2
     assert "key 'log_output': true, false, or a number of lines" in done.stderr
+
+
+def test_jitter_is_not_counted_as_lag(cli: Cli) -> None:
+    """A ``jitter = "10s"`` job logged a lag of 11 s and tripped the lag alert."""
+    cli.write('[[jobs]]\nid = "spread"\nevery = "1s"\njitter = "0.8s"\ncommand = "true"\n')
+    log = cli.dir / "log"
+    proc = cli.start(log=log)
+    cli.wait(lambda: log.read_text().count("task 'spread': run at") >= 4, 30)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    line = r"task 'spread': run at .* lag ([\d.]+)s(?: \(after a jitter of ([\d.]+)s\))?"
+    runs = re.findall(line, log.read_text())
+    assert len(runs) >= 4
+    assert all(float(lag) < 0.3 for lag, _ in runs), runs  # the jitter is said apart:
+    assert any(jitter and float(jitter) > 0.05 for _, jitter in runs), runs  # in [0, 0.8)

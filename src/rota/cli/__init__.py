@@ -210,7 +210,9 @@ def _logging(level: str, form: str) -> None:
     root.setLevel(level)
 
 
-RUN_FIELDS = ("job", "at", "attempt", "result", "duration", "lag", "error", "node", "line")
+RUN_FIELDS = (
+    "job", "at", "attempt", "result", "duration", "lag", "jitter", "error", "node", "line"
+)  # fmt: skip
 """The fields a run's log record carries (``rota.runs``; ``line``: a line of a
 command's output), shipped as keys of its JSON object."""
 
