@@ -183,8 +183,8 @@ class Engine:
     """
 
     __slots__ = (
-        "_backoff", "_follow", "_history", "_history_limit", "_queue", "_retry", "_tasks",
-        "_waiting", "stops",
+        "_backoff", "_follow", "_history", "_history_limit", "_queue", "_retry", "_strays",
+        "_tasks", "_waiting", "stops",
     )  # fmt: skip
 
     def __init__(
@@ -200,6 +200,9 @@ class Engine:
         # not its last outcome (keeping one per finished task costs ~5 % of every run).
         self._history: OrderedDict[Hashable, Status] = OrderedDict()
         self._history_limit = HISTORY
+        # Finished ids the history cannot hold beside another of their hash (comparing
+        # them raised): kept by identity, not forgotten. Empty but for such ids.
+        self._strays: list[tuple[Hashable, Status]] = []
         self._queue: RunQueue[Task] = RunQueue(self._tasks)
         # Runs of concurrent tasks waiting for a retry sit in the table (and the queue)
         # under a key of their own (_Waiting), so a claim needs no second queue.
@@ -212,6 +215,7 @@ class Engine:
         objects for the cyclic collector to track) being built for each. O(tasks)."""
         self._tasks.clear()
         self._history.clear()
+        self._strays.clear()
         self._queue.clear()
         self._waiting = 0
         if self.stops:  # (a list take_stops handed out is the caller's)
@@ -220,21 +224,46 @@ class Engine:
     # -- queries ---------------------------------------------------------
 
     def status(self, task_id: Hashable) -> Status | None:
-        """The task's status, or ``None`` if unknown or forgotten. O(1)."""
-        task = self._tasks.get(task_id)
-        if task is not None:
-            return task.status
-        return self._history.get(task_id)
+        """The task's status, or ``None`` if unknown or forgotten. O(1); O(n) for an id
+        whose ``__eq__`` raises against another of its hash (found by identity)."""
+        try:
+            task = self._tasks.get(task_id)
+            if task is not None:
+                return task.status
+            found = self._history.get(task_id)
+        except Exception:
+            task, found = self._by_identity(task_id)
+            return task.status if task is not None else found
+        if found is None and self._strays:
+            return self._by_identity(task_id)[1]
+        return found
 
     def info(self, task_id: Hashable) -> TaskInfo | None:
-        """A :class:`TaskInfo` for the task, or ``None`` if unknown or forgotten. O(1)."""
-        task = self._tasks.get(task_id)
+        """A :class:`TaskInfo` for the task, or ``None`` if unknown or forgotten. O(1)
+        (O(n) for an id whose ``__eq__`` raises, as :meth:`status`)."""
+        try:
+            task = self._tasks.get(task_id)
+            finished = None if task is not None else self._history.get(task_id)
+        except Exception:
+            task, finished = self._by_identity(task_id)
         if task is not None:
             return _info(task)
-        finished = self._history.get(task_id)
+        if finished is None and self._strays:
+            finished = self._by_identity(task_id)[1]
         if finished is None:
             return None
         return task_info(task_id, finished, False, 0, None, 0, 0, None)
+
+    def _by_identity(self, task_id: Hashable) -> tuple[Task | None, Status | None]:
+        """The task, or the finished status, of the very object ``task_id``, found
+        without comparing ids (an ``__eq__`` that raises). O(n)."""
+        for key, task in self._tasks.items():
+            if key is task_id:
+                return task, None
+        for key, status in (*self._history.items(), *self._strays):
+            if key is task_id:
+                return None, status
+        return None, None
 
     def action_of(self, task_id: Hashable) -> Action | None:
         """An unfinished task's action, or ``None``. O(1)."""
@@ -282,6 +311,8 @@ class Engine:
             self.cancel(task_id)
         if task_id in self._history:  # cheaper than pop(task_id, None) when absent
             del self._history[task_id]
+        if self._strays:  # the id scheduled again is no longer a finished one
+            self._strays = [(key, old) for key, old in self._strays if key is not task_id]
         # Built field by field: a third cheaper than an __init__ call, on the hot path.
         task = Task.__new__(Task)
         task.action = action
@@ -1309,12 +1340,19 @@ class Engine:
         self._tasks.update(kept)
 
     def _remember_past_collisions(self, task_id: Hashable, status: Status) -> None:
-        """Put ``task_id`` in the history, forgetting the finished ids it collides with."""
+        """Put ``task_id`` in the history; the finished ids it collides with (comparing
+        them raised) move to :attr:`_strays`, found by identity, not forgotten
+        (bounded as the history is)."""
         collide = hash(task_id)
-        kept = [(key, old) for key, old in self._history.items() if hash(key) != collide]
+        kept: list[tuple[Hashable, Status]] = []
+        strays: list[tuple[Hashable, Status]] = []
+        for key, old in self._history.items():
+            (strays if hash(key) == collide else kept).append((key, old))
         self._history.clear()
         self._history.update(kept)
         self._history[task_id] = status
+        self._strays = [(key, old) for key, old in self._strays if key is not task_id]
+        self._strays = (self._strays + strays)[-self._history_limit :]
 
     def _repair(self) -> None:
         """Re-establish every invariant after an operation was cut short. O(n log n).
