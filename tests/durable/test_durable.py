@@ -1883,3 +1883,22 @@ def test_a_running_node_beats_while_it_holds_no_run(tmp_path: Path) -> None:
         first = store.nodes()[0].seen
         wait_until(lambda: store.nodes()[0].seen > first, 10)
     assert store.nodes()[0].lease == 0.3
+
+
+def test_a_node_taking_back_its_own_expired_run_does_not_say_elsewhere(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lone node whose lease ran out (a stall) and that took the run over itself
+    logged "lease lost (taken over elsewhere)": there was no elsewhere."""
+    clock = ManualClock(0)
+    sched = DurableScheduler(store, clock=clock, lease=5, node="lone", imports=True)
+    sched.schedule_at_fixed_rate("r", 0, 100, NOOP)
+    assert sched._claim(0) is not None  # held, then stalled past its lease
+    clock.set(6)
+    # the same node's claim (another thread of it: its dispatcher after the stall)
+    # takes the expired run over, with a new fence
+    again = DurableScheduler(store, clock=clock, lease=5, node="lone", imports=True)
+    assert again._claim(6) is not None
+    sched._heartbeat(6)
+    said = [r.getMessage() for r in caplog.records if "lease lost" in r.getMessage()]
+    assert said == ["task 'r': lease lost (it ran out, and this node took the run over itself)"]
