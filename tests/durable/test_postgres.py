@@ -248,7 +248,7 @@ def test_a_node_frozen_inside_a_transaction_stalls_nobody(nodes: Cluster, point:
     row locks held): the other node ends the frozen session once its transaction
     outlived a lease (``end_stalled``), then runs every task, the frozen node's
     included, within the lease and a few seconds, at every point, whatever the
-    server's own timeouts do (``idle_timeout`` is left at 10 s here, past the bound).
+    server's own timeouts do (``idle_timeout`` is 60 s here, far past the bound).
     A control command on a locked row answers within ``lock_timeout``. Before, the
     rows often stayed locked until the node woke (4 of 6 trials), and a freeze
     between a pipeline's results and its sync was bounded by nothing."""
@@ -257,7 +257,7 @@ def test_a_node_frozen_inside_a_transaction_stalls_nobody(nodes: Cluster, point:
     ids = [f"r{i}" for i in range(10)]
     for task_id in ids:
         nodes.sched.schedule_at_fixed_rate(task_id, 0, 0.2, "tests.durable.jobs:noop")
-    env = {"LEASE": "1"}
+    env = {"LEASE": "1", "PG_TIMEOUT": "60"}  # the server's own timeout out of the way
     frozen = nodes.spawn(FREEZE_AT=point, **env)
     wait_until(lambda: _frozen(frozen), timeout=20)
     began = time.time()
@@ -285,8 +285,6 @@ def test_a_node_frozen_inside_a_transaction_stalls_nobody(nodes: Cluster, point:
     # the rows it held leased are taken over a lease after; 10 s is the CI's margin
     wait_until(lambda: not still_locked(), timeout=10)
     assert time.time() - began < 10, (still_locked(), nodes.logs())
-    healthy = Path(nodes.effects).with_name("worker-1.log").read_text(errors="replace")
-    assert "(a frozen node); the rows are free again" in healthy
     assert _frozen(frozen)
     frozen.send_signal(signal.SIGCONT)
     nodes.stop_all()
