@@ -163,3 +163,19 @@ def test_the_nodes_page_lists_every_node_with_its_heartbeat(
     assert "gone-host:1:dead" in dead.first.inner_text()
     assert "no heartbeat for longer than its lease" in dead.first.inner_text()
     assert page.locator("p.count").first.inner_text() == "1 live of 2 nodes"
+
+
+def test_the_flash_message_stands_clear_of_the_header(
+    fleet: tuple[Cli, Served], page: Any
+) -> None:
+    _, node = fleet
+    page.goto(node.url + "jobs/job-004")
+    page.click(".buttons button:has-text('Run now')")
+    flash = page.locator("#flash")
+    flash.filter(has_text="trigger").wait_for()
+    header = page.locator("header").bounding_box()
+    text = flash.evaluate(
+        "e => { const r = document.createRange(); r.selectNodeContents(e);"
+        " return r.getBoundingClientRect().top; }"
+    )
+    assert text - (header["y"] + header["height"]) >= 6  # it sat against the header
