@@ -27,11 +27,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rota import __version__
+from rota.cli._common import CliError
 from rota.cli._jobfile import JobFileError
 from rota.cli._secrets import ScrubFormatter, hide, scrub
 from rota.cli._subcommands import (
     DEFAULT_STORE,
-    CliError,
     _backfill,
     _check,
     _control,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rota._types import FINISHED, error_shown
+from rota.cli._common import CliError, bind
 from rota.cli._jobfile import duration, instant, load, zone
 from rota.report import (
     grace,
@@ -33,14 +34,6 @@ if TYPE_CHECKING:
     from rota.durable import DurableScheduler, Entry
 
 DEFAULT_STORE = "sqlite:///rota.db"
-
-
-class CliError(Exception):
-    """Stop the command with an exit status and a message for stderr."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _scheduler(url: str, *, create: bool = False) -> Any:
@@ -156,19 +149,6 @@ def _listen(value: str, what: str, token: str | None) -> tuple[str, int]:
             "or serve on 127.0.0.1 behind your own proxy"
         ))  # fmt: skip
     return host, port
-
-
-def bind(app: Any, host: str, port: int, what: str) -> Any:
-    """A :class:`rota.web.Server` bound to ``host:port`` (exit 2 if it cannot be);
-    its URL printed on stderr, once it listens."""
-    from rota.web import Server
-
-    try:
-        server = Server(app, host, port)
-    except OSError as exc:
-        raise CliError(2, f"{what} {host}:{port}: {exc.strerror or exc}") from None
-    print(f"rota: dashboard at {server.url}", file=sys.stderr, flush=True)
-    return server
 
 
 def _web(args: argparse.Namespace) -> int:
