@@ -142,11 +142,11 @@ def test_a_run_waiting_for_a_worker_is_said_and_shown(cli: Cli) -> None:
     """One worker, held by a slow job: the quick jobs' due runs wait. Before, nothing
     said so (and the default was 4 workers, too few for a crontab of shell jobs)."""
     cli.write('[[jobs]]\nid = "slow"\nevery = "1h"\nstart = "2020-01-01T00:00:00Z"\n'
-              'misfire = "coalesce"\ncommand = "echo started >> $OUT; sleep 5"\n'
+              'misfire = "coalesce"\ncommand = "echo started >> $OUT; sleep 15"\n'
               '[[jobs]]\nid = "quick"\nevery = "0.5s"\ncommand = "true"\n'
               '[[jobs]]\nid = "quick-2"\nevery = "0.5s"\ncommand = "true"\n')  # fmt: skip
     log = cli.dir / "log"
-    proc = cli.start("--workers", "1", log=log)
+    proc = cli.start("--workers", "1", "--grace", "1s", log=log)
     cli.wait(lambda: "started" in cli.lines(), 30)
     cli.wait(lambda: "due runs wait for a worker: all 1 workers are busy" in log.read_text(), 10)
     [line] = [line for line in log.read_text().splitlines() if "wait for a worker" in line]
@@ -200,5 +200,5 @@ def test_jitter_is_not_counted_as_lag(cli: Cli) -> None:
     line = r"task 'spread': run at .* lag ([\d.]+)s(?: \(after a jitter of ([\d.]+)s\))?"
     runs = re.findall(line, log.read_text())
     assert len(runs) >= 4
-    assert all(float(lag) < 0.3 for lag, _ in runs), runs  # the jitter is said apart:
+    assert all(float(lag) < 0.5 for lag, _ in runs), runs  # the jitter is said apart:
     assert any(jitter and float(jitter) > 0.05 for _, jitter in runs), runs  # in [0, 0.8)
