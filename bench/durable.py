@@ -589,7 +589,7 @@ def startup(directory: str, rows: int = 1_000_000) -> float:
     start = time.perf_counter()
     sched = DurableScheduler(SQLiteStore(path), imports=IMPORTS)
     head = sched.next_run_time()
-    task = sched._claim(time.time())
+    task = sched.table.claim(time.time())
     elapsed = time.perf_counter() - start
     assert head == 1
     assert task is not None

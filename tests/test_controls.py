@@ -390,12 +390,12 @@ def test_a_backfill_of_a_task_under_allow_n_runs_n_at_once(make_sched: Make) -> 
     with pytest.raises(ValueError, match=r"a backfill's own overlap is Overlap\.BUFFER"):
         sched.backfill("c", 0, 100, overlap=Overlap.allow(3))
     assert sched.backfill("c", 50, 100) == 5  # 50, 60, 70, 80, 90
-    runs = [sched._claim(100), sched._claim(100)]
+    runs = [sched.table.claim(100), sched.table.claim(100)]
     assert [run.entry[0] for run in runs if run is not None] == [50, 60]  # two at once
-    assert sched._claim(100) is None
+    assert sched.table.claim(100) is None
     for run in runs:
         assert run is not None
-        sched._complete(run, None, 100, 100)
+        sched.table.complete(run, None, 100, 100)
     assert ran(sched.tick(100), "c") == [70, 80, 90, 100]  # the rest, then the live slot
 
 
@@ -492,9 +492,9 @@ def test_runs_that_take_time_leave_every_slot_accounted_for(
             now, spans = 0, []
             for wait, took in [*steps, (0, 0)]:
                 now += wait
-                task = sched._claim(now)
+                task = sched.table.claim(now)
                 if task is not None:
-                    outcomes.append(sched._complete(task, None, now, now + took))
+                    outcomes.append(sched.table.complete(task, None, now, now + took))
                     spans.append((now, now + took))
                     now += took
             head = sched.next_run_time("t")
@@ -614,18 +614,18 @@ def test_update_switches_a_task_to_and_from_several_runs_at_once(make_sched: Mak
     sched = make_sched(clock=ManualClock(0))
     sched.schedule("t", FixedRate(10), nothing)
     assert sched.update("t", overlap=Overlap.allow(2))
-    runs = [sched._claim(10), sched._claim(10)]
+    runs = [sched.table.claim(10), sched.table.claim(10)]
     assert [run.entry[0] for run in runs if run is not None] == [0, 10]  # two at once
     with pytest.raises(ValueError, match="while 2 of its runs are in flight"):
         sched.update("t", overlap=Overlap.BUFFER)
     for run in runs:
         assert run is not None
-        sched._complete(run, None, 10, 10)
+        sched.table.complete(run, None, 10, 10)
     assert sched.update("t", overlap=Overlap.BUFFER)  # none in flight now
-    run = sched._claim(20)
+    run = sched.table.claim(20)
     assert run is not None
-    assert sched._claim(20) is None  # one at a time again
-    sched._complete(run, None, 20, 20)
+    assert sched.table.claim(20) is None  # one at a time again
+    sched.table.complete(run, None, 20, 20)
     assert sched.update("t", overlap=Overlap.allow(3))  # and again, from the next run on
     with pytest.raises(ValueError, match="cannot be stopped: give an async def action"):
         sched.update("t", overlap=Overlap.REPLACE)
@@ -638,13 +638,13 @@ def test_update_switches_a_task_to_and_from_several_runs_at_once(make_sched: Mak
 def test_an_update_of_a_concurrent_task_with_a_run_in_flight_is_kept(make_sched: Make) -> None:
     sched = make_sched(clock=ManualClock(0))
     sched.schedule("t", FixedRate(10), nothing, overlap=Overlap.allow(2))
-    first = sched._claim(0)
+    first = sched.table.claim(0)
     assert first is not None
     assert sched.update("t", max_retries=1)  # while the run at 0 is in flight
-    sched._complete(first, None, 0, 0)
-    run = sched._claim(10)
+    sched.table.complete(first, None, 0, 0)
+    run = sched.table.claim(10)
     assert run is not None
-    assert sched._complete(run, ValueError("no"), 10, 10).result is Result.RETRY
+    assert sched.table.complete(run, ValueError("no"), 10, 10).result is Result.RETRY
 
 
 def test_replace_is_refused_where_the_run_cannot_be_stopped(tmp_path: Any) -> None:
@@ -678,23 +678,23 @@ def _drive_concurrent(
             now += arg
         elif op == "claim":
             node = scheds[arg % len(scheds)]
-            run = node._claim(now)
+            run = node.table.claim(now)
             if run is not None:
                 flying.append((node, run))
         elif flying:
             node, run = flying.pop(arg % len(flying))
             error = ValueError("no") if op == "fail" else None
-            outcomes.append(node._complete(run, error, now, now))
+            outcomes.append(node.table.complete(run, error, now, now))
         assert len(flying) <= limit
     while True:  # drain
         for node in scheds:
-            while (run := node._claim(now)) is not None:
+            while (run := node.table.claim(now)) is not None:
                 flying.append((node, run))
                 assert len(flying) <= limit
         if not flying:
             return outcomes
         node, run = flying.pop(0)
-        outcomes.append(node._complete(run, None, now, now))
+        outcomes.append(node.table.complete(run, None, now, now))
 
 
 @settings(max_examples=60, deadline=None)

@@ -22,7 +22,7 @@ def floor(module: str) -> int:
         return 0
     if parts[1:2] == ["store"]:
         return 1
-    if parts[1:2] in (["_scheduler"], ["durable"]):
+    if parts[1:2] in (["_scheduler"], ["_tasks"], ["durable"]):
         return 2
     if parts[1:2] in (["_driver"], ["_runner"], ["_async"]):
         return 3

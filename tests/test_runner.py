@@ -5,12 +5,13 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from rota import ManualClock, Result, Runner, RunOutcome, Scheduler, Status
+from rota._tasks import LocalTasks
 from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0
@@ -58,17 +59,18 @@ def test_an_earlier_task_wakes_the_sleeping_dispatcher(sched: Scheduler) -> None
     assert sched.status("far") is Status.SCHEDULED
 
 
-class GatedHead(Scheduler):
-    """A scheduler whose next look at the head, once ``armed``, pauses after the read
-    (as a store's slow read would) until ``gate`` is set."""
+class Gate:
+    """Once ``armed``, the next look at the head pauses after the read (as a store's
+    slow read would) until ``gate`` is set."""
 
-    armed = False
-    looked = threading.Event()
-    gate = threading.Event()
+    def __init__(self) -> None:
+        self.armed = False
+        self.looked = threading.Event()
+        self.gate = threading.Event()
 
-    def next_run_time(self, *args: Any) -> Any:
-        head = super().next_run_time(*args)
-        if self.armed and not args:
+    def wake_time(self, read: Callable[[LocalTasks], Any], table: LocalTasks) -> Any:
+        head = read(table)
+        if self.armed:
             self.armed = False
             self.looked.set()
             self.gate.wait(TIMEOUT)
@@ -76,20 +78,26 @@ class GatedHead(Scheduler):
 
 
 def test_a_run_scheduled_while_the_dispatcher_reads_the_head_is_not_missed(
-    clock: ManualClock,
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The dispatcher reads the head without holding its lock; a run scheduled during
     that read (not in what it returns) must still wake it (the clock never moves)."""
     seen = Collector()
-    sched = GatedHead(clock=clock)
-    sched.looked, sched.gate = threading.Event(), threading.Event()
+    sched = Scheduler(clock=clock)
+    gate = Gate()
+    read = LocalTasks.wake_time
+
+    def gated(table: LocalTasks) -> Any:
+        return gate.wake_time(read, table)
+
+    monkeypatch.setattr(LocalTasks, "wake_time", gated)
     sched.schedule_once("far", 3600, lambda at: None)
     with Runner(sched, on_outcome=seen):
-        sched.armed = True
+        gate.armed = True
         sched.schedule_once("kick", 0, lambda at: None)  # wakes it; then it looks again
-        assert sched.looked.wait(TIMEOUT)  # it has read 3600 and is paused
+        assert gate.looked.wait(TIMEOUT)  # it has read 3600 and is paused
         sched.schedule_once("late", 0, lambda at: None)
-        sched.gate.set()
+        gate.gate.set()
         assert [o.task_id for o in seen.wait_for(2, timeout=TIMEOUT)] == ["kick", "late"]
 
 

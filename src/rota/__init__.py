@@ -23,6 +23,7 @@ from ._clock import ManualClock
 from ._events import Event, EventKind
 from ._scheduler import Scheduler
 from ._stats import Stats, StatsSnapshot
+from ._tasks import Tasks
 from ._types import Result, RunCancelled, RunOutcome, Status, TaskInfo
 from .misfire import Misfire
 from .overlap import Overlap
@@ -80,4 +81,5 @@ __all__ = [
     "StatsSnapshot",
     "Status",
     "TaskInfo",
+    "Tasks",
 ]

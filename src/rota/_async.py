@@ -130,7 +130,7 @@ class AsyncRunner(Driver):
         self._first_reading()
         self._loop = loop
         self._loop_thread = threading.get_ident()
-        self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))
+        self._unsubscribe.append(self._table.subscribe(self._on_new_head))
         self._unsubscribe.append(
             self._scheduler.add_listener(
                 self._on_cancelled, EventKind.TASK_REMOVED, EventKind.RUN_REPLACED
@@ -302,7 +302,7 @@ class AsyncRunner(Driver):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        head = self._scheduler._wake_time()
+        head = self._table.wake_time()
         if self._stopping:
             return
         if self._retry_soon:  # look again in a while
@@ -379,7 +379,7 @@ class AsyncRunner(Driver):
         if self._drop_queued:  # stopped and timed out: queued runs do not start
             self._abandon(task, asyncio.CancelledError(f"run of {task.task_id!r}"))
             return None
-        if not self._scheduler._start(task):  # cancelled while queued: never starts
+        if not self._table.start(task):  # cancelled while queued: never starts
             self._finished(was_running=False)
             return None
         self._started()

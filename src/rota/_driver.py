@@ -35,8 +35,9 @@ from typing import Any
 from . import _validate
 from ._engine import Task, run_at
 from ._events import Event, EventKind
-from ._scheduler import Scheduler, fatal
+from ._scheduler import Scheduler
 from ._stats import Stats, StatsSnapshot
+from ._tasks import fatal
 from ._types import GivenBack, RunOutcome, Time, epoch_shown, recorded_result
 from ._validate import time_from
 
@@ -191,11 +192,12 @@ class Driver:
         if on_outcome is not None:
             _validate.callable_("on_outcome", on_outcome)
         self._scheduler = scheduler
+        self._table = scheduler.table  # the seam this runner drives
         self._clock = scheduler.clock
         self._executor = executor
         # A pool's size, if it tells (ThreadPoolExecutor does): a scheduler whose
         # claims hold leases is asked for runs in step with the workers (see _room).
-        workers = getattr(executor, "_max_workers", None) if scheduler._leases else None
+        workers = getattr(executor, "_max_workers", None) if self._table.leases else None
         self._workers: int | None = workers if isinstance(workers, int) else None
         self._full = False  # claims held back: the pool has enough runs (see _room)
         self._on_outcome = on_outcome
@@ -268,7 +270,7 @@ class Driver:
 
     def _dispatch_due(self) -> None:
         """Claim every run due now; run it here or hand it to the executor. O(k log n)."""
-        scheduler = self._scheduler
+        table = self._table
         queued = self._executor is not None
         while True:
             with self._gate:
@@ -276,7 +278,7 @@ class Driver:
                     return
                 # room 0: only runs the scheduler already holds (a finishing run pokes
                 # the loop, see _finished)
-                task = scheduler._claim(self._now(), queued=queued, room=self._room())
+                task = table.claim(self._now(), queued=queued, room=self._room())
                 if task is None:
                     return
                 self._claimed(queued=queued)
@@ -340,7 +342,7 @@ class Driver:
             self._poke()
 
     def _room(self) -> int | None:
-        """How many runs a pool whose claims are bounded (see ``Scheduler._leases``)
+        """How many runs a pool whose claims are bounded (see ``Tasks.leases``)
         takes now, else ``None`` (no bound).
 
         At most one pool's worth waits beyond the busy workers, and claims come in
@@ -390,7 +392,7 @@ class Driver:
         Returns ``None``, or the awaitable the action returned when
         ``awaitables`` is true (with its start time: ``(awaitable, started)``;
         the caller completes that run when it ends). ``linger``: this thread
-        claims again right after (see :meth:`Scheduler._complete_later`).
+        claims again right after (see :meth:`~rota.Tasks.complete_later`).
         O(1) plus the action.
         """
         self._inside.active = True
@@ -404,7 +406,7 @@ class Driver:
                     self._time_shown(run_at(task)),
                     _seconds(started - run_at(task)),
                 )
-            result = self._scheduler._call(task, awaitables=awaitables)
+            result = self._table.call(task, awaitables=awaitables)
             if result is not None and not isinstance(result, BaseException):
                 completed = True  # handed back: the caller completes it
                 return result, started
@@ -427,7 +429,7 @@ class Driver:
         returns only once ``on_outcome`` has seen every run. The scheduler
         reports through ``then``, at once in memory; a durable scheduler may
         report a little later, once the completion is committed (group
-        commit, :meth:`Scheduler._complete_later`). The report is made where
+        commit, :meth:`~rota.Tasks.complete_later`). The report is made where
         :meth:`_deliver` says.
         """
         try:
@@ -438,9 +440,7 @@ class Driver:
         # (the turn is taken before the completion queues the task's next run)
         report = _Report(self, key, self._turns.take(key), finished - started)
         try:
-            self._scheduler._complete_later(
-                task, error, started, finished, report.then, linger=linger
-            )
+            self._table.complete_later(task, error, started, finished, report.then, linger=linger)
         except BaseException:
             if not report.reported:
                 self._turns.make(key, report.turn, partial(self._finished, was_running=True))
@@ -468,7 +468,7 @@ class Driver:
 
     def _abandon(self, task: Task, error: BaseException) -> None:
         """Fail a queued run that will never reach a worker, so its task never sticks."""
-        if self._scheduler._start(task):
+        if self._table.start(task):
             self._started()
             self._complete(task, error, self._now())
         else:  # cancelled while queued
@@ -539,11 +539,11 @@ class Driver:
 
     def _started_event(self) -> None:
         logger.info("%s started", type(self).__name__)
-        self._scheduler._emit(Event(EventKind.SCHEDULER_STARTED))
+        self._table.emit(Event(EventKind.SCHEDULER_STARTED))
 
     def _stopped_event(self) -> None:
         logger.info("%s stopped", type(self).__name__)
-        self._scheduler._emit(Event(EventKind.SCHEDULER_STOPPED))
+        self._table.emit(Event(EventKind.SCHEDULER_STOPPED))
 
     def _stop_for(self, error: BaseException, what: str) -> None:
         """A fatal error: log it, keep the first for ``stop()`` to raise, stop claiming."""

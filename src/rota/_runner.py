@@ -130,7 +130,7 @@ class Runner(Driver):
                 raise RuntimeError("this Runner was already started or stopped; create a new one")
             self._first_reading()
             self._thread = threading.Thread(target=self._serve, name="rota-runner", daemon=True)
-        self._unsubscribe.append(self._scheduler._subscribe(self._on_new_head))
+        self._unsubscribe.append(self._table.subscribe(self._on_new_head))
         if self._virtual:
             self._unsubscribe.append(self._clock.on_change(self._poke))  # type: ignore[attr-defined]
         self._thread.start()
@@ -240,7 +240,7 @@ class Runner(Driver):
         except BaseException as exc:
             self._dispatcher_ended(exc)
         finally:
-            self._scheduler._thread_done()
+            self._table.thread_done()
 
     def _loop(self) -> None:
         # The head is read outside the lock (a durable scheduler reads its store), so
@@ -248,7 +248,7 @@ class Runner(Driver):
         # announced meanwhile that is earlier than the one read means: look again.
         # A look that raises (a store down, a clock or policy that raises) is retried
         # after CLOCK_RETRY: nothing but stop() or a fatal error ends this loop.
-        scheduler = self._scheduler
+        table = self._table
         while True:
             try:
                 self._dispatch_due()
@@ -258,7 +258,7 @@ class Runner(Driver):
                 self._news = math.inf
             full = self._full
             try:
-                head = None if full else scheduler._wake_time()
+                head = None if full else table.wake_time()
             except Exception as exc:
                 self._look_failed("reading the next run's time", exc)
                 head = None
@@ -317,7 +317,7 @@ class Runner(Driver):
     def _work(self, task: Task, ran: list[bool]) -> None:
         """Run a handed-over run on a worker thread."""
         ran[0] = True
-        if not self._scheduler._start(task):  # cancelled while queued: never starts
+        if not self._table.start(task):  # cancelled while queued: never starts
             self._finished(was_running=False)
             return
         self._started()

@@ -13,9 +13,10 @@ from typing import Any, TypedDict, TypeVar, Unpack
 
 from . import _validate
 from ._calls import Bound, prepare
-from ._engine import Engine, Task, run_at
-from ._events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
+from ._engine import Engine
+from ._events import Event, EventKind, Listener
 from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
+from ._tasks import LocalTasks, Tasks, locked
 from ._types import Action, RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, PLAIN, time_from
 from .misfire import Misfire
@@ -33,7 +34,6 @@ EPOCH_SUSPECT = 10 * 365 * 86_400
 """On a monotonic clock, an absolute time this far ahead is taken for an epoch time
 given by mistake (``Once(at=time.time() + 60)``): refused with a clear error."""
 _UNSET: Any = object()
-_RUN_STARTED, _RUN_SKIPPED = EventKind.RUN_STARTED, EventKind.RUN_SKIPPED  # hot paths' constants
 
 
 class TaskOptions(TypedDict, total=False):
@@ -306,14 +306,6 @@ def check_priority(priority: object) -> None:
         raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")
 
 
-def fatal(error: BaseException) -> bool:
-    """True for a ``BaseException`` that is not an ``Exception`` (e.g. ``KeyboardInterrupt``).
-
-    Drivers complete the run (as failed, without retry) and then re-raise it.
-    """
-    return not isinstance(error, Exception)
-
-
 class Scheduler:
     """A thread-safe, deterministic task scheduler.
 
@@ -344,13 +336,8 @@ class Scheduler:
     """
 
     __slots__ = (
-        "_clock", "_engine", "_epoch", "_heard", "_listeners", "_lock", "_plain_code", "_wakeups",
+        "_clock", "_engine", "_epoch", "_lock", "_plain_code", "_table",
     )  # fmt: skip
-
-    _leases = False
-    """Whether a claimed run holds a lease in a store (a durable scheduler): then a
-    runner with a pool claims runs in step with its workers (``Driver._room``),
-    leaving the rest to other nodes."""
 
     def __init__(
         self,
@@ -364,11 +351,11 @@ class Scheduler:
         _validate.positive("backoff", backoff)
         _check_retry(retry)
         self._engine = Engine(backoff, retry)
-        # An RLock, taken by the interrupt-safe shape of _locked() (see there).
+        # An RLock, taken by the interrupt-safe shape of locked() (rota._tasks).
         self._lock = threading.RLock()
-        self._wakeups: tuple[Callable[[Time], object], ...] = ()  # runners' wake-ups
-        self._listeners: tuple[tuple[Listener, frozenset[EventKind]], ...] = ()  # add_listener
-        self._heard: frozenset[EventKind] = frozenset()  # the kinds some listener wants
+        # Where the tasks live (a durable scheduler puts a StoredTasks here); the
+        # listeners and the runners' wake-ups are kept by it
+        self._table: Tasks = LocalTasks(self._engine, self._lock)
         self._plain_code: object = None  # the code of the last function checked as action(at)
         if epoch is not None and not isinstance(epoch, bool):
             raise TypeError(f"epoch must be True, False or None, got {epoch!r}")
@@ -381,29 +368,15 @@ class Scheduler:
         return f"<Scheduler unfinished={pending} next_run_time={head!r}>"
 
     def _locked(self, operation: Callable[..., T], *args: Any) -> T:
-        """Run an engine operation under the lock, safe against interrupts.
+        """Run an engine operation under the lock, safe against interrupts (see
+        :func:`rota._tasks.locked`)."""
+        return locked(self._lock, self._engine, operation, *args)
 
-        The shape (inlined on the hot paths): ``acquire()`` inside ``try``, and
-        in ``finally`` a ``release()`` whose ``RuntimeError`` means an interrupt
-        cut ``acquire()`` short (an RLock knows its owner, so nothing is
-        released that this thread does not hold). ``acquire(); try:`` leaks
-        the lock to an interrupt between the two, and ``with lock:`` costs
-        ~1,000 more instructions on CPython 3.11. If anything escapes while
-        the lock is held, the engine repairs its invariants before release.
-        """
-        lock = self._lock
-        try:
-            lock.acquire()
-            return operation(*args)
-        except BaseException:
-            if lock._is_owned():  # type: ignore[attr-defined]
-                self._engine._repair()
-            raise
-        finally:
-            try:
-                lock.release()
-            except RuntimeError:  # acquire() was cut short: nothing to release
-                pass
+    @property
+    def table(self) -> Tasks:
+        """The table this scheduler keeps its tasks in: the :class:`~rota.Tasks` seam
+        that runners drive (claim, start, call, complete, wake-ups). O(1)."""
+        return self._table
 
     @property
     def clock(self) -> Clock:
@@ -735,12 +708,12 @@ class Scheduler:
         plan: Plan | None,
         replace: bool = False,
     ) -> bool:
-        lock = self._lock  # the shape of _locked(), inlined: a hot path
+        lock = self._lock  # the shape of locked(), inlined: a hot path
         try:
             lock.acquire()
             if not self._engine.add(task_id, action, at, plan, replace):
                 return False
-            head = self._engine.next_time() if self._wakeups else None
+            head = self._engine.next_time() if self._table.wakeups else None
         except BaseException:
             if lock._is_owned():  # type: ignore[attr-defined]
                 self._engine._repair()
@@ -751,9 +724,9 @@ class Scheduler:
             except RuntimeError:  # acquire() was cut short: nothing to release
                 pass
         if head is not None:
-            self._wake(head)
-        if self._listeners:
-            self._emit(Event(EventKind.TASK_ADDED, task_id, at))
+            self._table.wake(head)
+        if self._table.listeners:
+            self._table.emit(Event(EventKind.TASK_ADDED, task_id, at))
         return True
 
     def pause(self, task_id: Hashable) -> bool:
@@ -906,8 +879,8 @@ class Scheduler:
             return self._engine.backfill(task_id, slots, idle_only=idle_only)
 
         queued = self._locked(queue)
-        if queued and self._wakeups:
-            self._wake(low)
+        if queued and self._table.wakeups:
+            self._table.wake(low)
         return queued
 
     def _change(
@@ -919,13 +892,13 @@ class Scheduler:
         """
 
         def change() -> tuple[bool, Time | None]:
-            return operation(*args), self._engine.next_time() if self._wakeups else None
+            return operation(*args), self._engine.next_time() if self._table.wakeups else None
 
         changed, head = self._locked(change)
         if head is not None:
-            self._wake(head)
-        if changed and event is not None and self._listeners:
-            self._emit(Event(event, args[0]))
+            self._table.wake(head)
+        if changed and event is not None and self._table.listeners:
+            self._table.emit(Event(event, args[0]))
         return changed
 
     def cancel(self, task_id: Hashable) -> bool:
@@ -940,7 +913,7 @@ class Scheduler:
 
         Complexity: O(1) amortised (stale queue entries are compacted lazily).
         """
-        lock = self._lock  # the shape of _locked(), inlined: a hot path
+        lock = self._lock  # the shape of locked(), inlined: a hot path
         try:
             lock.acquire()
             cancelled = self._engine.cancel(task_id)
@@ -953,8 +926,8 @@ class Scheduler:
                 lock.release()
             except RuntimeError:  # acquire() was cut short: nothing to release
                 pass
-        if cancelled and self._listeners:
-            self._emit(Event(EventKind.TASK_REMOVED, task_id))
+        if cancelled and self._table.listeners:
+            self._table.emit(Event(EventKind.TASK_REMOVED, task_id))
         return cancelled
 
     def status(self, task_id: Hashable) -> Status | None:
@@ -980,12 +953,6 @@ class Scheduler:
             return self._locked(self._engine.next_time)
         info = self.info(task_id)
         return None if info is None else info.next_run_time
-
-    def _wake_time(self) -> Time | None:
-        """When a runner driving this scheduler must next look for due runs: the
-        earliest live run's time (a durable scheduler adds its own leases'
-        expiries). O(1) amortised."""
-        return self.next_run_time()
 
     def info(self, task_id: Hashable) -> TaskInfo | None:
         """What is known of one task: a :class:`~rota.TaskInfo`, or ``None`` if unknown.
@@ -1037,40 +1004,17 @@ class Scheduler:
             ) from None
         entry = (listener, wanted)
         with self._lock:
-            self._listen((*self._listeners, entry))
+            self._table.listen((*self._table.listeners, entry))
 
         def remove() -> None:
             with self._lock:
-                self._listen(tuple(h for h in self._listeners if h is not entry))
+                self._table.listen(tuple(h for h in self._table.listeners if h is not entry))
 
         return remove
 
-    def _listen(self, listeners: tuple[tuple[Listener, frozenset[EventKind]], ...]) -> None:
-        """Keep ``listeners``, and the kinds they want: an event no listener wants is
-        not even made (a run's start, for a listener of outcomes). Under the lock."""
-        self._heard = frozenset().union(*(kinds for _, kinds in listeners))
-        self._listeners = listeners
-
-    def _emit(self, event: Event) -> None:
-        """Deliver ``event`` to the listeners (outside the lock)."""
-        deliver(self._listeners, event)
-
-    def _emit_outcome(self, outcome: RunOutcome) -> None:
-        """Deliver the events one completed run makes, each only if a listener wants
-        its kind: the slots skipped just before it first, then its result."""
-        heard, task_id, at = self._heard, outcome.task_id, outcome.at
-        if outcome.skipped and _RUN_SKIPPED in heard:
-            deliver(self._listeners, Event(_RUN_SKIPPED, task_id, at, outcome))
-        kind = OUTCOME_KINDS[outcome.result]
-        if kind in heard:
-            deliver(self._listeners, Event(kind, task_id, at, outcome))
-
     # -- running ---------------------------------------------------------
 
-    # One frame owns each claimed run from its claim to its completion, so that an
-    # interrupt anywhere between the two is seen (design.md, "Interrupts"): hence
-    # one long method.
-    def tick(self, now: Time) -> list[RunOutcome]:  # noqa: PLR0915
+    def tick(self, now: Time) -> list[RunOutcome]:
         """Run every live run due at ``now`` (``at <= now``); return their outcomes.
 
         Runs go in (time, seq) order, seq being the order runs were queued;
@@ -1086,184 +1030,10 @@ class Scheduler:
         rest. So does an interrupt that lands anywhere between a run's claim
         and its completion: a claimed run is always completed.
 
-        Complexity: O(k log n) for k runs, plus the actions.
+        Complexity: O(k log n) for k runs, plus the actions (a durable
+        scheduler: one claim and one completion transaction per run).
 
         Raises ``TypeError`` for a non-number ``now``, ``ValueError`` for NaN
         or infinity.
         """
-        if now.__class__ is not float or now - now:  # a finite float: fast; else checked
-            _validate.finite("now", now)
-        engine, lock = self._engine, self._lock
-        task: Task | None = None
-        try:
-            try:  # the shape of _locked(), inlined: a hot path
-                lock.acquire()
-                task = engine.claim(now)
-            except BaseException:
-                if lock._is_owned():  # type: ignore[attr-defined]
-                    engine._repair()
-                raise
-            finally:
-                try:
-                    lock.release()
-                except RuntimeError:  # acquire() was cut short: nothing to release
-                    pass
-            if task is None:
-                return []
-            outcomes: list[RunOutcome] = []
-            while True:
-                error = self._call(task)
-                try:
-                    lock.acquire()
-                    outcome = engine.complete(task, error, now, now)
-                    task = None
-                    outcomes.append(outcome)
-                    stop = outcome[3]
-                    if stop is None or not fatal(stop):
-                        stop = None
-                        task = engine.claim(now)
-                    head = engine.next_time() if self._wakeups else None
-                except BaseException:
-                    if lock._is_owned():  # type: ignore[attr-defined]
-                        engine._repair()
-                    raise
-                finally:
-                    try:
-                        lock.release()
-                    except RuntimeError:  # acquire() was cut short: nothing to release
-                        pass
-                if head is not None:
-                    self._wake(head)
-                if self._listeners:
-                    self._emit_outcome(outcome)
-                if task is None:
-                    if stop is not None:
-                        raise stop  # recorded as failed; now it propagates
-                    return outcomes
-        except BaseException as exc:
-            if task is not None and task.status is Status.RUNNING:  # cut short: complete it
-                self._complete(task, exc, now, now)
-            raise
-
-    def _claim(self, now: Time, *, queued: bool = False, room: int | None = None) -> Task | None:
-        """Claim the earliest run due at ``now`` (for runners).
-
-        ``room`` (what the runner's pool can take soon, ``None``: no bound)
-        matters only where a claimed run holds something (see
-        :attr:`_leases`); in memory a waiting claimed run costs nothing.
-        """
-
-        def claim() -> tuple[Task | None, list[Any]]:
-            task = self._engine.claim(now, queued=queued)
-            return task, self._engine.take_stops()
-
-        task, stops = self._locked(claim)
-        self._replacing(stops)
-        return task
-
-    def _replacing(self, stops: list[Any]) -> None:
-        """``Overlap.REPLACE`` decided to stop these runs in flight: say so to the runner
-        driving them (``RUN_REPLACED``: ``AsyncRunner`` cancels the coroutine, ``rota
-        run`` ends the command). O(len(stops))."""
-        for run in stops:
-            self._emit(Event(EventKind.RUN_REPLACED, run.task_id, run_at(run)))
-
-    def _start(self, task: Task) -> bool:
-        """Move a queued run to running; ``False`` if it was cancelled (for runners)."""
-        return self._locked(self._engine.start, task)
-
-    def _call(self, task: Task, *, awaitables: bool = False) -> Any:
-        """Call a claimed run's action, outside the lock; return what happened.
-
-        The one place a task's action is called. Returns ``None`` on success
-        or the exception the action raised, for the driver to complete the
-        run with; a driver re-raises a ``BaseException`` that is not an
-        ``Exception`` after completing (see :func:`fatal`). An action that
-        returns an awaitable is returned as it is when ``awaitables`` is true
-        (the asyncio runner awaits it); otherwise the awaitable is closed and
-        the run fails with ``TypeError``: a plain driver cannot await it.
-        """
-        at = task.entry[0]  # a claimed run's entry is its slot (or retry time), unjittered
-        if _RUN_STARTED in self._heard:
-            self._emit(Event(_RUN_STARTED, task.entry[2], at))
-        try:
-            result = task.action(at)
-            if result is None:
-                return None
-            if not inspect.isawaitable(result):
-                task.value = result
-                return None
-            if awaitables:
-                return result
-            error = TypeError(
-                f"action of task {task.task_id!r} returned an awaitable "
-                f"({type(result).__name__}); run async actions under AsyncRunner"
-            )
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()  # no "never awaited" warning; if it raises, that is the error
-            return error
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                exc.add_note(
-                    f"rota: the run of task {task.task_id!r} at {at!r} was recorded as failed"
-                )
-            return exc
-
-    def _complete(
-        self, task: Task, error: BaseException | None, started: Time, finished: Time
-    ) -> RunOutcome:
-        """Complete a claimed run (for runners), wake them if it queued an earlier run."""
-
-        def complete() -> tuple[RunOutcome, Time | None]:
-            outcome = self._engine.complete(task, error, started, finished)
-            return outcome, self._engine.next_time() if self._wakeups else None
-
-        outcome, head = self._locked(complete)
-        if head is not None:
-            self._wake(head)
-        if self._listeners:
-            self._emit_outcome(outcome)
-        return outcome
-
-    def _complete_later(
-        self,
-        task: Task,
-        error: BaseException | None,
-        started: Time,
-        finished: Time,
-        then: Callable[[RunOutcome], object],
-        *,
-        linger: bool = False,
-    ) -> None:
-        """Complete a claimed run and pass its outcome to ``then`` (for runners).
-
-        In memory, at once. (A durable scheduler may hold the completion
-        back to commit it with others, and call ``then`` after the commit;
-        ``linger``: the caller claims again soon, and may commit it then.)
-        """
-        then(self._complete(task, error, started, finished))
-
-    def _thread_done(self) -> None:
-        """A runner's thread is ending: nothing to do in memory (a durable scheduler
-        closes the store connections that thread opened)."""
-
-    # -- wake-ups for runners ----------------------------------------------
-
-    def _subscribe(self, callback: Callable[[Time], object]) -> Callable[[], None]:
-        """Call ``callback(head)`` when a run is queued while ``head`` is the next time.
-
-        Called outside the lock. Returns a function that unsubscribes.
-        """
-        with self._lock:
-            self._wakeups = (*self._wakeups, callback)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                self._wakeups = tuple(c for c in self._wakeups if c is not callback)
-
-        return unsubscribe
-
-    def _wake(self, head: Time) -> None:
-        for callback in self._wakeups:
-            callback(head)
+        return self._table.tick(now)

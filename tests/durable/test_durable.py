@@ -705,9 +705,9 @@ def test_a_lease_that_keeps_expiring_fails_the_run(store: Store) -> None:
         for _ in range(3)
     ]
     dead[0].schedule_at_fixed_rate("r", 0, 100, NOOP)
-    assert dead[0]._claim(0) is not None  # claimed, then the holder "dies"
-    assert dead[1]._claim(6) is not None  # taken over (expiry 1), and it dies too
-    assert dead[2]._claim(12) is None  # expiry 2: the run fails instead of a third start
+    assert dead[0].table.claim(0) is not None  # claimed, then the holder "dies"
+    assert dead[1].table.claim(6) is not None  # taken over (expiry 1), and it dies too
+    assert dead[2].table.claim(12) is None  # expiry 2: the run fails instead of a third start
     [last, *_] = dead[2].history("r")
     assert (last.result, last.slot) == ("failed", 0)
     assert last.error == "the lease of task 'r''s run at 0 expired 2 times"  # rota's own: no type
@@ -724,27 +724,27 @@ def test_concurrent_runs_share_one_lease_and_are_taken_over_together(store: Stor
     a = DurableScheduler(store, clock=clock, lease=5, node="a", imports=True)
     b = DurableScheduler(store, clock=clock, lease=5, node="b", imports=True)
     a.schedule("t", FixedRate(1), NOOP, overlap=Overlap.allow(2), max_runs=3)
-    first = a._claim(1)  # slots 0 and 1 are due
+    first = a.table.claim(1)  # slots 0 and 1 are due
     assert first is not None
-    assert b._claim(1) is None  # the task is a's while a run of it is in flight
-    second = a._claim(1)
+    assert b.table.claim(1) is None  # the task is a's while a run of it is in flight
+    second = a.table.claim(1)
     assert second is not None
-    assert a._claim(1) is None  # two in flight: slot 2 waits
+    assert a.table.claim(1) is None  # two in flight: slot 2 waits
     assert (first.entry[0], second.entry[0]) == (0, 1)
     assert store.get("t").owner == "a"  # type: ignore[union-attr]
-    again = [b._claim(7), b._claim(7)]  # a's lease ran out at 6
+    again = [b.table.claim(7), b.table.claim(7)]  # a's lease ran out at 6
     assert [run.entry[0] for run in again if run is not None] == [0, 1]
-    assert b._claim(7) is None  # still two in flight
-    late = a._complete(first, None, 1, 7)  # a wakes up: fenced off, only reported
+    assert b.table.claim(7) is None  # still two in flight
+    late = a.table.complete(first, None, 1, 7)  # a wakes up: fenced off, only reported
     assert late.result is Result.OK
     assert a.history("t") == []
     for run in again:
         assert run is not None
-        b._complete(run, None, 7, 7)
-    third = b._claim(7)
+        b.table.complete(run, None, 7, 7)
+    third = b.table.claim(7)
     assert third is not None
     assert third.entry[0] == 2
-    b._complete(third, None, 7, 7)
+    b.table.complete(third, None, 7, 7)
     assert b.status("t") is Status.DONE  # max_runs: three runs, not five
     assert sorted((o.slot, o.owner) for o in b.history("t")) == [(0, "b"), (1, "b"), (2, "b")]
     assert store.get("t").owner is None  # type: ignore[union-attr]
@@ -761,11 +761,11 @@ def test_a_claimed_run_whose_lease_ran_out_before_it_started_is_left_to_a_takeov
     b = DurableScheduler(store, clock=clock, lease=10, node="b", imports=True)
     a.schedule_once("one", 0, NOOP)
     a.schedule_once("two", 0, NOOP)
-    first = a._claim(0, queued=True, room=2)  # both claimed: "two" waits for a worker
+    first = a.table.claim(0, queued=True, room=2)  # both claimed: "two" waits for a worker
     assert first is not None
-    assert a._claim(11, queued=True, room=0) is None  # "two"'s lease ran out at 10
-    a._heartbeat(11)
-    taken = b._claim(12)
+    assert a.table.claim(11, queued=True, room=0) is None  # "two"'s lease ran out at 10
+    a._stored._heartbeat(11)
+    taken = b.table.claim(12)
     assert isinstance(taken, Held)
     assert (taken.task_id, taken.row.expiries) == ("two", 1)
 
@@ -779,18 +779,18 @@ def test_a_concurrent_task_resumed_elsewhere_goes_on_on_the_node_holding_it(
     a = DurableScheduler(store, clock=clock, lease=30, node="a", imports=True)
     b = DurableScheduler(store, clock=clock, lease=30, node="b", imports=True)
     a.schedule("t", FixedRate(10), NOOP, overlap=Overlap.allow(2))
-    first = a._claim(0)
+    first = a.table.claim(0)
     assert first is not None
     assert b.pause("t")
-    assert a._claim(10) is None  # paused: nothing more starts
+    assert a.table.claim(10) is None  # paused: nothing more starts
     assert b.resume("t")
-    assert b._claim(10) is None  # still a's: its run at 0 is in flight
-    a._heartbeat(10)
-    second = a._claim(10)
+    assert b.table.claim(10) is None  # still a's: its run at 0 is in flight
+    a._stored._heartbeat(10)
+    second = a.table.claim(10)
     assert second is not None
     assert second.entry[0] == 10  # beside the run at 0, still in flight
     for run in (first, second):
-        a._complete(run, None, 10, 10)
+        a.table.complete(run, None, 10, 10)
     assert sorted(o.slot for o in a.history("t")) == [0, 10]
 
 
@@ -801,9 +801,9 @@ def test_shift_leases_shortens_only_the_leases_past_its_bound(store: Store) -> N
     sched = DurableScheduler(store, clock=clock, lease=10, imports=True)
     for name in ("early", "late", "idle"):
         sched.schedule_once(name, 0 if name != "idle" else 500, NOOP)
-    assert sched._claim(0) is not None  # "early": leased until 10
+    assert sched.table.claim(0) is not None  # "early": leased until 10
     clock.set(3600)
-    assert sched._claim(3600) is not None  # "late": leased until 3610 (before the step)
+    assert sched.table.claim(3600) is not None  # "late": leased until 3610 (before the step)
     assert store.shift_leases(1800, 3600) == 1
     rows = {row.task_id: row for row in store.rows()}
     assert rows["late"].lease_until == 10
@@ -818,12 +818,12 @@ def test_a_stale_holder_writes_nothing(store: Store) -> None:
         DurableScheduler(store, clock=clock, imports=True),
     )
     a.schedule_once("x", 0, NOOP, max_retries=3)
-    held = a._claim(0)
+    held = a.table.claim(0)
     assert held is not None
-    taken = b._claim(10)  # a stalled past its lease
+    taken = b.table.claim(10)  # a stalled past its lease
     assert taken is not None
-    b._complete(taken, None, 10, 10)
-    a._complete(held, ValueError("late"), 1, 11)  # woken up: its completion is fenced off
+    b.table.complete(taken, None, 10, 10)
+    a.table.complete(held, ValueError("late"), 1, 11)  # woken up: its completion is fenced off
     assert [(o.result, o.owner) for o in b.history("x")] == [("ok", b.node)]
     assert b.status("x") is Status.DONE
 
@@ -884,13 +884,13 @@ def test_a_run_claimed_by_a_lost_answer_is_not_kept_by_the_heartbeat(store: Stor
     a.schedule_once("lost", 0, NOOP)
     a.schedule_once("held", 0, NOOP, priority=1)
     store.claim("a", 0, 1, 10, a._actions.known())  # "lost" leased to a: the answer is dropped
-    held = a._claim(0)
+    held = a.table.claim(0)
     assert isinstance(held, Held)
     assert held.task_id == "held"
     for now in (4, 8, 12):  # a's heartbeats, every lease / 3, while it runs "held"
-        a._heartbeat(now)
+        a._stored._heartbeat(now)
     assert not held.lost
-    taken = b._claim(12)
+    taken = b.table.claim(12)
     assert isinstance(taken, Held)
     assert (taken.task_id, taken.row.expiries) == ("lost", 1)
 
@@ -1048,10 +1048,10 @@ def test_a_pool_claims_no_more_runs_than_it_has_free_workers(store: Store, runne
         assert leased() == ["t0", "t1", "t2", "t3"]
         other = DurableScheduler(store, node="other")
         other.register("hold", hold)
-        taken = other._claim(time.time(), room=1)
+        taken = other.table.claim(time.time(), room=1)
         assert taken is not None
         assert taken.task_id == "t4"  # left for another node
-        other._complete(taken, None, time.time(), time.time())
+        other.table.complete(taken, None, time.time(), time.time())
         gate.set()
         assert done.wait_for(7, timeout=10)
 
@@ -1384,12 +1384,12 @@ def test_a_group_commit_decides_again_only_for_rows_that_changed(
     short = DurableScheduler(store, clock=clock, lease=5, imports=True)  # a node with short leases
     for name in "abc":
         sched.schedule_at_fixed_rate(name, 0, 10, NOOP)
-    held = [node._claim(1000.0, room=1) for node in (sched, sched, short)]
+    held = [node.table.claim(1000.0, room=1) for node in (sched, sched, short)]
     assert [t.task_id for t in held if t is not None] == ["a", "b", "c"]
-    edits = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
+    edits = [sched._stored._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
     assert sched.pause("b")  # the row changed: its decision in advance no longer holds
     other = DurableScheduler(store, clock=clock, node="other", lease=5, imports=True)
-    taken = other._claim(1006.0, room=1)  # c's lease ran out: taken over, fence bumped
+    taken = other.table.claim(1006.0, room=1)  # c's lease ran out: taken over, fence bumped
     assert taken is not None
     assert taken.task_id == "c"
     a, b, c = store.modify_many(edits)
@@ -1413,9 +1413,9 @@ def test_a_group_commit_applies_edits_of_one_task_in_their_order(
     sched = DurableScheduler(store, clock=clock, lease=100)
     for name in "ab":
         sched.schedule_at_fixed_rate(name, 0, 10, NOOP)
-    held = [sched._claim(1000.0, room=1) for _ in "ab"]
+    held = [sched.table.claim(1000.0, room=1) for _ in "ab"]
     assert [t.task_id for t in held if t is not None] == ["a", "b"]
-    completions = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
+    completions = [sched._stored._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
     seen: list[tuple[str, int]] = []
 
     def look(row: TaskRow | None) -> Change[None]:
@@ -1453,8 +1453,8 @@ def test_complete_and_claim_commits_both_in_one_transaction_or_neither(
     sched = DurableScheduler(store, clock=clock, lease=100)
     for name in "abcd":
         sched.schedule_once(name, 0, NOOP)
-    held = [sched._claim(1000.0, room=1) for _ in "ab"]
-    edits = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
+    held = [sched.table.claim(1000.0, room=1) for _ in "ab"]
+    edits = [sched._stored._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
     known = sched._actions.known()
     with pytest.raises(OSError, match="the claim failed"):
         store.complete_and_claim(
@@ -1500,8 +1500,8 @@ def test_sqlite_writes_a_group_commit_in_one_statement_per_power_of_two_in_its_s
     sched = DurableScheduler(store, clock=clock, lease=100, batch=600)
     for i in range(600):
         sched.schedule_at_fixed_rate(f"t{i:03}", 0, 10, NOOP)
-    held = [sched._claim(1000.0) for _ in range(600)]
-    edits = [sched._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
+    held = [sched.table.claim(1000.0) for _ in range(600)]
+    edits = [sched._stored._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
     assert len(edits) == 600
     statements: list[str] = []
     store._db().set_trace_callback(statements.append)  # this thread's connection
@@ -1857,8 +1857,8 @@ def test_a_reused_engine_carries_nothing_of_the_task_it_served_before() -> None:
             runs += [(o.task_id, o.at, str(o.result), o.attempt) for o in sched.tick(now)]
         seen[kind] = sorted(runs)
         if kind == "durable":
-            assert durable._engines, "no engine was reused"
-            assert all(engine.next_time() is None for engine in durable._engines)
+            assert durable._stored._engines, "no engine was reused"
+            assert all(engine.next_time() is None for engine in durable._stored._engines)
     assert seen["durable"] == seen["memory"]
     assert ("fails", 3.0, "failed", 2) in seen["durable"]  # after two retries
 
@@ -1893,12 +1893,12 @@ def test_a_node_taking_back_its_own_expired_run_does_not_say_elsewhere(
     clock = ManualClock(0)
     sched = DurableScheduler(store, clock=clock, lease=5, node="lone", imports=True)
     sched.schedule_at_fixed_rate("r", 0, 100, NOOP)
-    assert sched._claim(0) is not None  # held, then stalled past its lease
+    assert sched.table.claim(0) is not None  # held, then stalled past its lease
     clock.set(6)
     # the same node's claim (another thread of it: its dispatcher after the stall)
     # takes the expired run over, with a new fence
     again = DurableScheduler(store, clock=clock, lease=5, node="lone", imports=True)
-    assert again._claim(6) is not None
-    sched._heartbeat(6)
+    assert again.table.claim(6) is not None
+    sched._stored._heartbeat(6)
     said = [r.getMessage() for r in caplog.records if "lease lost" in r.getMessage()]
     assert said == ["task 'r': lease lost (it ran out, and this node took the run over itself)"]

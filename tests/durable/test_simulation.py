@@ -110,7 +110,7 @@ class Protocol(RuleBasedStateMachine):
             for node in self.nodes:
                 self._sync(node)
                 if not node.stalled:
-                    node.sched._heartbeat(node.clock())
+                    node.sched._stored._heartbeat(node.clock())
 
     @rule(i=st.integers(0, NODES - 1))
     def claim(self, i: int) -> None:
@@ -118,7 +118,7 @@ class Protocol(RuleBasedStateMachine):
         if node is None:
             return
         self._sync(node)
-        self._started(node, node.sched._claim(node.clock()))
+        self._started(node, node.sched.table.claim(node.clock()))
 
     def _started(self, node: Node, task: Held | Run | None) -> None:
         if task is not None:
@@ -137,7 +137,7 @@ class Protocol(RuleBasedStateMachine):
         node, task, now = taken
         before = self.store.get(str(task.task_id))
         recorded = len(self.store.outcomes(str(task.task_id), 10**6))
-        node.sched._complete(task, None if ok else ValueError("failed"), now, now)
+        node.sched.table.complete(task, None if ok else ValueError("failed"), now, now)
         if before is None or before.fence != task.fence:  # a stale holder writes nothing
             assert self.store.get(str(task.task_id)) == before
             assert len(self.store.outcomes(str(task.task_id), 10**6)) == recorded
@@ -167,10 +167,10 @@ class Protocol(RuleBasedStateMachine):
         node, task, now = taken
         error = None if ok else ValueError("failed")
         before = self.store.get(str(task.task_id))
-        edit, outcome = node.sched._decided(task, error, now, now)
+        edit, outcome = node.sched._stored._decided(task, error, now, now)
         reported: list[Any] = []
         done = Completion(edit, task, outcome, error, reported.append)
-        self._started(node, node.sched._claim_from_store(now, 2, [done]))
+        self._started(node, node.sched._stored._claim_from_store(now, 2, [done]))
         assert len(reported) == 1
         self._check_recorded(task, before)  # (the claim may have taken the row again)
 
@@ -184,8 +184,8 @@ class Protocol(RuleBasedStateMachine):
             return
         node, task, now = taken
         before = self.store.get(str(task.task_id))
-        _, outcome = node.sched._decided(task, None if ok else ValueError("x"), now, now)
-        node.sched._unrecorded(task, outcome, RuntimeError("attempt to write a readonly db"))
+        _, outcome = node.sched._stored._decided(task, None if ok else ValueError("x"), now, now)
+        node.sched._stored._unrecorded(task, outcome, RuntimeError("attempt to write a readonly db"))
         assert self.store.get(str(task.task_id)) == before  # nothing written
         node.unrecorded.add(str(task.task_id))
         self.faults = True  # its run starts again: a duplicate start, with a fault
@@ -195,7 +195,7 @@ class Protocol(RuleBasedStateMachine):
         node = self._live(i)
         if node is not None:
             self._sync(node)
-            node.sched._heartbeat(node.clock())
+            node.sched._stored._heartbeat(node.clock())
 
     @rule(i=st.integers(0, NODES - 1))
     def crash(self, i: int) -> None:
@@ -250,7 +250,7 @@ class Protocol(RuleBasedStateMachine):
         """A run leased to a node is one that node holds or has claimed to start: no
         claim's rows were lost on the way back (they would stay leased, unrun)."""
         for node in self.nodes:
-            known = {t.task_id for t in node.held} | {t.task_id for t in node.sched._buffer}
+            known = {t.task_id for t in node.held} | {t.task_id for t in node.sched._stored._buffer}
             known |= node.unrecorded  # (left to expire: see the teardown)
             for row in self.store.rows():
                 if row.owner == node.sched.node and row.status in ("queued", "running"):
@@ -284,13 +284,13 @@ class Protocol(RuleBasedStateMachine):
                 and r.status in ("queued", "running") and r.lease_until is not None
             ]  # fmt: skip
             if ends and not node.stalled:
-                wake = node.sched._wake_time()
+                wake = node.sched.table.wake_time()
                 assert wake is not None
                 assert wake <= min(ends)
         for node in self.nodes:
             node.stalled = False
             for task in node.held:  # in-flight runs end (late ones write nothing)
-                node.sched._complete(task, None, self.time(), self.time())
+                node.sched.table.complete(task, None, self.time(), self.time())
             node.held.clear()
         self.time.advance(LEASE + 1)
         drain = Node(self.store, self.time, 0)

@@ -15,11 +15,11 @@ from ._codec import json_value, resolve_path
 from ._scheduler import (
     DurableScheduler,
     Entry,
-    LeaseExpired,
     StoredError,
     removed,
     zone_of,
 )
+from ._tasks import LeaseExpired, StoredTasks
 
 __all__ = [
     "DurableScheduler",
@@ -28,6 +28,7 @@ __all__ = [
     "LeaseExpired",
     "RunCancelled",
     "StoredError",
+    "StoredTasks",
     "json_value",
     "removed",
     "resolve_path",

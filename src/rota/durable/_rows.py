@@ -416,3 +416,9 @@ def new_row(
     return TaskRow(
         task_id, action, spec, state_of(plan), str(Status.SCHEDULED), False, due, plan.priority
     )
+
+
+def never(at: Time) -> None:
+    """The action of a task restored only to be changed (a scheduling call, a
+    completion decided again): it must never run."""
+    raise RuntimeError("rota: a task restored only to be changed was run")
