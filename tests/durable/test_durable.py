@@ -1415,7 +1415,9 @@ def test_a_group_commit_applies_edits_of_one_task_in_their_order(
         sched.schedule_at_fixed_rate(name, 0, 10, NOOP)
     held = [sched.table.claim(1000.0, room=1) for _ in "ab"]
     assert [t.task_id for t in held if t is not None] == ["a", "b"]
-    completions = [sched._stored._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None]
+    completions = [
+        sched._stored._decided(t, None, 1000.0, 1000.0)[0] for t in held if t is not None
+    ]
     seen: list[tuple[str, int]] = []
 
     def look(row: TaskRow | None) -> Change[None]:

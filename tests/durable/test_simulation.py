@@ -185,7 +185,9 @@ class Protocol(RuleBasedStateMachine):
         node, task, now = taken
         before = self.store.get(str(task.task_id))
         _, outcome = node.sched._stored._decided(task, None if ok else ValueError("x"), now, now)
-        node.sched._stored._unrecorded(task, outcome, RuntimeError("attempt to write a readonly db"))
+        node.sched._stored._unrecorded(
+            task, outcome, RuntimeError("attempt to write a readonly db")
+        )
         assert self.store.get(str(task.task_id)) == before  # nothing written
         node.unrecorded.add(str(task.task_id))
         self.faults = True  # its run starts again: a duplicate start, with a fault
@@ -250,7 +252,9 @@ class Protocol(RuleBasedStateMachine):
         """A run leased to a node is one that node holds or has claimed to start: no
         claim's rows were lost on the way back (they would stay leased, unrun)."""
         for node in self.nodes:
-            known = {t.task_id for t in node.held} | {t.task_id for t in node.sched._stored._buffer}
+            known = {t.task_id for t in node.held} | {
+                t.task_id for t in node.sched._stored._buffer
+            }
             known |= node.unrecorded  # (left to expire: see the teardown)
             for row in self.store.rows():
                 if row.owner == node.sched.node and row.status in ("queued", "running"):
