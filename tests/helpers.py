@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from rota import RunOutcome, Scheduler
-from rota.durable import DurableScheduler
+from rota._engine import Engine
+from rota._tasks import LocalTasks
+from rota.durable import DurableScheduler, StoredTasks
 from rota.store import MemoryStore, SQLiteStore, Store
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def rows(outcomes: Iterable[RunOutcome]) -> list[tuple[Hashable, Any, str, int]]:
@@ -68,15 +72,33 @@ class AutoRegistering(DurableScheduler):
     module-level functions).
     """
 
-    def _reference(self, action: Any) -> tuple[str, Callable[..., object]]:
-        if callable(action):
-            for name, known in self._actions.named.items():
-                if known is action:
-                    return name, known
-            name = f"auto-{len(self._actions.named)}"
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.auto: dict[str, Callable[..., object]] = {}
+
+    def _named(self, action: Any) -> Any:
+        """Register a callable not known yet under a fresh name (then the scheduler
+        stores it by that name)."""
+        if callable(action) and not any(known is action for known in self.auto.values()):
+            name = f"auto-{len(self.auto)}"
             self.register(name, action)
-            return name, action
-        return super()._reference(action)
+            self.auto[name] = action
+        return action
+
+    def schedule(self, task_id: Any, when: Any, action: Any, **options: Any) -> bool:
+        return super().schedule(task_id, when, self._named(action), **options)
+
+    def ensure(self, task_id: Any, when: Any, action: Any, **options: Any) -> bool:
+        return super().ensure(task_id, when, self._named(action), **options)
+
+    def job(self, when: Any, **options: Any) -> Callable[[F], F]:
+        declare = super().job(when, **options)
+
+        def register(action: F) -> F:
+            declare(self._named(action))
+            return action
+
+        return register
 
 
 def wait_until(done: Callable[[], object], timeout: float) -> None:
@@ -102,3 +124,21 @@ def make_store(kind: str, request: Any, tmp_path: Any) -> Store:
 
     dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
     return PostgresStore(dsn, prefix=prefix, clock="caller")
+
+
+def check_table(sched: Scheduler) -> None:
+    """Assert the invariants of the table behind ``sched``: the engine's (in memory)
+    or the stored table's (:meth:`rota.durable.StoredTasks.check`)."""
+    table = sched.table
+    if isinstance(table, LocalTasks):
+        engine_of(sched)._check()
+    else:
+        assert isinstance(table, StoredTasks)
+        table.check()
+
+
+def engine_of(sched: Scheduler) -> Engine:
+    """The engine behind an in-memory scheduler (its :class:`LocalTasks` table)."""
+    table = sched.table
+    assert isinstance(table, LocalTasks), table
+    return table.engine

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rota import ManualClock, Result, RunOutcome, Scheduler, Status
-from tests.helpers import AutoRegistering, failing, make_store, recorder, rows, snapshot
+from tests.helpers import AutoRegistering, engine_of, failing, make_store, recorder, rows, snapshot
 
 IN_MEMORY_ONLY = pytest.mark.parametrize("sched", ["memory"], indirect=True)
 """For clauses a durable store states differently: its ids are str (names in a
@@ -382,7 +382,7 @@ def test_the_10000_most_recently_finished_tasks_are_remembered(sched: Scheduler)
 
 @IN_MEMORY_ONLY
 def test_rescheduling_a_finished_id_refreshes_its_place_in_history(sched: Scheduler) -> None:
-    sched._engine._history_limit = 3
+    engine_of(sched)._history_limit = 3
     for name in "abc":
         sched.schedule_once(name, 0, lambda at: None)
     sched.tick(1000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tracemalloc
 
 from rota import ManualClock, Scheduler
+from tests.helpers import engine_of
 
 
 def noop(at: object) -> None:
@@ -28,7 +29,7 @@ def test_schedule_cancel_churn_keeps_peak_memory_bounded() -> None:
     # live + STALE_SLACK stale entries. Unbounded growth would be tens of MB.
     assert peak - base < 4_000_000, peak - base
     assert current - base < 4_000_000
-    assert len(sched._engine._queue._heap) <= 2 * 1000 + 256 + 1
+    assert len(engine_of(sched)._queue._heap) <= 2 * 1000 + 256 + 1
 
 
 def test_two_hundred_thousand_one_off_tasks_leave_memory_bounded() -> None:
@@ -48,6 +49,6 @@ def test_two_hundred_thousand_one_off_tasks_leave_memory_bounded() -> None:
         tracemalloc.stop()
     assert sched.status(199_999) is not None
     assert sched.status(0) is None
-    assert len(sched._engine._history) == 10_000
+    assert len(engine_of(sched)._history) == 10_000
     assert current - base < 4_000_000, current - base
     assert peak - base < 6_000_000, peak - base

@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from rota import ManualClock, Scheduler
 from rota.store import MemoryStore, SQLiteStore
-from tests.helpers import AutoRegistering
+from tests.helpers import AutoRegistering, check_table, engine_of
 
 IDS = st.sampled_from(["a", "b", "c", 1, 2])
 PATTERN = st.lists(st.booleans(), min_size=1, max_size=4)
@@ -151,7 +151,7 @@ class SchedulerVsOracle(RuleBasedStateMachine):
 
     def make(self, clock: ManualClock) -> Scheduler:
         sched = Scheduler(clock=clock, backoff=3)
-        sched._engine._queue._slack = 1  # compaction happens within a few steps
+        engine_of(sched)._queue._slack = 1  # compaction happens within a few steps
         return sched
 
     def key(self, task_id: Any) -> Any:
@@ -159,7 +159,7 @@ class SchedulerVsOracle(RuleBasedStateMachine):
         return task_id
 
     def check(self) -> None:
-        self.sched._engine._check()
+        check_table(self.sched)
 
     def _action(self, task_id: Any, behaviour: Behaviour) -> Any:
         sched = self.sched

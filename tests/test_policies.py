@@ -23,7 +23,7 @@ from rota import (
     Scheduler,
     Status,
 )
-from tests.helpers import failing, recorder, rows
+from tests.helpers import check_table, failing, recorder, rows
 
 Make = Callable[..., Scheduler]
 
@@ -114,7 +114,7 @@ def test_a_raising_retry_policy_fails_the_task_and_never_leaves_it_stuck() -> No
     assert outcome.result is Result.FAILED
     assert isinstance(outcome.error, RuntimeError)
     assert sched.status("r") is Status.FAILED
-    sched._engine._check()
+    check_table(sched)
 
 
 @pytest.mark.parametrize(
@@ -268,7 +268,7 @@ def test_misfire_policies_match_a_brute_force_enumeration(
         got = [(o.at, o.skipped) for now in nows for o in sched.tick(now)]
         assert got == misfire_oracle(period, offset, limit, nows)
         if make_sched.backend == "memory":  # type: ignore[attr-defined]
-            sched._engine._check()
+            check_table(sched)
 
     check()
 
@@ -336,7 +336,7 @@ def test_pause_keeps_a_task_from_running_until_resumed(make_sched: Make) -> None
     assert sched.resume("a") is False
     assert sched.next_run_time() == 5  # overdue: runs at once, reported at its time
     assert rows(sched.tick(30)) == [("a", 5, "ok", 0)]
-    sched._engine._check()
+    check_table(sched)
 
 
 def test_pause_from_inside_a_run_holds_the_next_slot(make_sched: Make) -> None:
@@ -376,7 +376,7 @@ def test_cancel_and_reschedule_a_paused_task(make_sched: Make) -> None:
     sched.resume("b")
     assert rows(sched.tick(9)) == [("b", 9, "ok", 0)]
     assert sched.pause("b") is False  # finished
-    sched._engine._check()
+    check_table(sched)
 
 
 def test_reschedule_changes_the_period_and_keeps_the_task(make_sched: Make) -> None:

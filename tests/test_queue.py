@@ -11,6 +11,7 @@ import pytest
 
 from rota import ManualClock, Scheduler, Status, _queue
 from rota._queue import Entry, RunQueue
+from tests.helpers import check_table, engine_of
 
 
 class Owner:
@@ -111,9 +112,9 @@ def test_schedule_cancel_churn_keeps_the_heap_bounded(monkeypatch: pytest.Monkey
     for i in range(1000):
         sched.schedule_once(i, 5 + i % 7, lambda at: None)
         assert sched.cancel(i)
-        heap = sched._engine._queue._heap
+        heap = engine_of(sched)._queue._heap
         assert len(heap) <= 2 * 1 + 4 + 1
-    sched._engine._check()
+    check_table(sched)
     assert sched.next_run_time() == 10**9
 
 
@@ -131,23 +132,23 @@ def test_a_stale_entry_pins_no_action() -> None:
     del action
     gc.collect()
     assert ref() is None
-    assert len(sched._engine._queue._heap) == 2  # the stale entry is still there
+    assert len(engine_of(sched)._queue._heap) == 2  # the stale entry is still there
 
 
 def test_history_is_bounded_and_forgets_the_oldest_first() -> None:
     sched = Scheduler(clock=ManualClock(0))
-    sched._engine._history_limit = 5
+    engine_of(sched)._history_limit = 5
     for i in range(20):
         sched.schedule_once(i, 0, lambda at: None)
         if i % 3 == 0:
             sched.cancel(i)
     sched.tick(0)
-    assert len(sched._engine._history) == 5
+    assert len(engine_of(sched)._history) == 5
     # Cancels finished first (while scheduling); the tick then finished the rest in order.
     done, gone = Status.DONE, None
     expected = [gone, done, done, gone, done, done, gone, done]
     assert [sched.status(i) for i in range(12, 20)] == expected
-    sched._engine._check()
+    check_table(sched)
 
 
 def test_compaction_during_pause_and_reschedule_keeps_the_counts_exact(
@@ -162,14 +163,14 @@ def test_compaction_during_pause_and_reschedule_keeps_the_counts_exact(
     for round_ in range(20):
         task_id = round_ % 6
         sched.pause(task_id)
-        sched._engine._check()
+        check_table(sched)
         sched.resume(task_id)
-        sched._engine._check()
+        check_table(sched)
         sched.reschedule(task_id, Once(at=5 + round_))
-        sched._engine._check()
+        check_table(sched)
         sched.reschedule(task_id, FixedRate(3, start=7))
-        sched._engine._check()
+        check_table(sched)
         sched.cancel(task_id)
-        sched._engine._check()
+        check_table(sched)
         sched.schedule_once(task_id, 10, lambda at: None)
-        sched._engine._check()
+        check_table(sched)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -12,16 +10,25 @@ from types import FunctionType
 from typing import Any, TypedDict, TypeVar, Unpack
 
 from . import _validate
-from ._calls import Bound, prepare
+from ._calls import Bound
+from ._checks import (
+    backfill_overlap,
+    changes,
+    check_end,
+    check_retry,
+    make_plan,
+    task_plan,
+    window,
+)
 from ._engine import Engine
-from ._events import Event, EventKind, Listener
+from ._events import EventKind, Listener
 from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
-from ._tasks import LocalTasks, Tasks, locked
-from ._types import Action, RunOutcome, Status, TaskInfo, Time
+from ._tasks import LocalTasks, Tasks
+from ._types import RunOutcome, Status, TaskInfo, Time
 from ._validate import LIMIT, PLAIN, time_from
 from .misfire import Misfire
 from .overlap import Overlap
-from .schedules import FixedDelay, FixedRate, Once
+from .schedules import FixedRate, Once
 
 Clock = Callable[[], Time]
 T = TypeVar("T")
@@ -51,17 +58,6 @@ class TaskOptions(TypedDict, total=False):
 
 _ONCE_OPTIONS = frozenset(TaskOptions.__annotations__)
 
-UPDATABLE = (
-    "max_retries", "retry", "retry_on", "misfire", "overlap", "deadline", "jitter",
-    "priority", "args", "kwargs",
-)  # fmt: skip
-"""The options :meth:`Scheduler.update` changes in place."""
-
-
-def _check_retry(retry: object) -> None:
-    if retry is not None and not callable(getattr(retry, "delay", None)):
-        raise TypeError(f"retry must be a retry policy (with a delay method), got {retry!r}")
-
 
 def _cursor(when: object, now: Time) -> Cursor:
     """Start a schedule's cursor, checking that ``when`` is a schedule."""
@@ -74,236 +70,14 @@ def _cursor(when: object, now: Time) -> Cursor:
     return cursor  # type: ignore[no-any-return]
 
 
-def make_plan(
-    cursor: Cursor | None,
-    max_retries: int,
-    retry: RetryPolicy | None,
-    misfire: Misfire | None,
-    priority: int,
-    retry_on: RetryOn | None = None,
-) -> Plan:
-    """Validate the policy arguments and build a task's plan."""
-    _check_retry(retry)
-    if misfire is not None and not isinstance(misfire, Misfire):
-        raise TypeError(f"misfire must be a rota.misfire.Misfire, got {misfire!r}")
-    check_priority(priority)
-    retry_on = _check_retry_on(retry_on)
-    limit = None if misfire is None else misfire.limit
-    plan = Plan(cursor, max_retries, retry, limit, priority)
-    plan.retry_on = retry_on
-    return plan
-
-
-def controls(
-    plan: Plan,
-    when: object,
-    overlap: Overlap | None,
-    deadline: Time | timedelta | None,
-    jitter: Time | timedelta | None,
-    end: Time | datetime | None,
-    max_runs: int | None,
-) -> None:
-    """Validate the scheduling controls and set them on ``plan`` (docs/policies.md).
-
-    Raises ``TypeError`` for an ``overlap`` that is not an :class:`~rota.Overlap`,
-    a non-number ``deadline``/``jitter``/``end`` or a non-int ``max_runs``;
-    ``ValueError`` for a negative or non-finite delay, a naive ``end`` datetime, a
-    ``max_runs`` below 1, and ``overlap``/``end``/``max_runs`` given with ``Once``.
-    """
-    if overlap is not None and not isinstance(overlap, Overlap):
-        raise TypeError(
-            f"overlap must be a rota.Overlap (Overlap.BUFFER, Overlap.SKIP), got {overlap!r}"
-        )
-    plan.overlap_skip = overlap == Overlap.SKIP
-    plan.concurrent = overlap is not None and overlap.concurrent
-    plan.limit = 1 if overlap is None else overlap.limit
-    plan.replace = overlap == Overlap.REPLACE
-    plan.deadline = None if deadline is None else _validate.delay("deadline", deadline)
-    plan.jitter = (None if jitter is None else _validate.delay("jitter", jitter)) or None
-    plan.end = _validate.optional_time("end", end)
-    if max_runs is not None and _validate.count("max_runs", max_runs) < 1:
-        raise ValueError(f"max_runs must be >= 1, got {max_runs!r}")
-    plan.max_runs = max_runs
-    if isinstance(when, Once):
-        for name, value in (("overlap", overlap), ("end", end), ("max_runs", max_runs)):
-            if value is not None:
-                raise ValueError(f"{name} applies to recurring schedules, not {when!r}")
-    if plan.concurrent and isinstance(when, FixedDelay):
-        raise ValueError(
-            f"overlap={overlap!r} needs slots that do not wait for a run to end, not "
-            f"{when!r} (each of its runs starts a delay after the previous one finished)"
-        )
-    plan.extra = plan.uses_controls()
-
-
-def changes(options: Mapping[str, Any]) -> dict[str, object]:
-    """The plan attributes :meth:`Scheduler.update` sets for ``options`` (all but
-    ``args``/``kwargs``, which rebind the action), validated as ``schedule`` validates
-    them. Raises ``TypeError`` for an unknown option and what ``schedule`` raises."""
-    unknown = options.keys() - set(UPDATABLE)
-    if unknown:
-        raise TypeError(
-            f"update() got unexpected keyword arguments {sorted(unknown)}; it changes "
-            f"{', '.join(UPDATABLE)}"
-        )
-    probe = Plan()
-    found: dict[str, object] = {}
-    if "max_retries" in options:
-        found["max_retries"] = _validate.count("max_retries", options["max_retries"])
-    if "retry" in options:
-        _check_retry(options["retry"])
-        found["retry"] = options["retry"]
-    if "retry_on" in options:
-        found["retry_on"] = _check_retry_on(options["retry_on"])
-    if "misfire" in options:
-        misfire = options["misfire"]
-        if misfire is not None and not isinstance(misfire, Misfire):
-            raise TypeError(f"misfire must be a rota.misfire.Misfire, got {misfire!r}")
-        found["misfire"] = None if misfire is None else misfire.limit
-    if "priority" in options:
-        check_priority(options["priority"])
-        found["priority"] = options["priority"]
-    picked = {k: options.get(k) for k in ("overlap", "deadline", "jitter")}
-    controls(probe, None, picked["overlap"], picked["deadline"], picked["jitter"], None, None)
-    for name, attribute in (("overlap", "overlap_skip"), ("deadline", "deadline"),
-                            ("jitter", "jitter")):  # fmt: skip
-        if name in options:
-            found[attribute] = getattr(probe, attribute)
-    if "overlap" in options:  # the whole policy: one of them, or several runs at once
-        found.update({name: getattr(probe, name) for name in OVERLAP_ATTRIBUTES})
-    return found
-
-
-OVERLAP_ATTRIBUTES = ("concurrent", "limit", "replace")
-"""The plan attributes an overlap policy sets besides ``overlap_skip``."""
-
-
-def stoppable_action(action: object) -> object:
-    """The user's callable inside a task's stored action (a :class:`Bound` wraps it
-    with its arguments), for :func:`check_stoppable`."""
-    return action.action if isinstance(action, Bound) else action
-
-
-BACKFILL_MAX = 100_000
-"""The most slots one :meth:`Scheduler.backfill` queues (a larger window: in parts)."""
-
-
-def window(start: object, end: object) -> tuple[Time, Time]:
-    """A backfill's ``[start, end)`` as times; ``TypeError``/``ValueError`` otherwise."""
-    low, high = _validate.finite("start", start), _validate.finite("end", end)
-    if high < low:
-        raise ValueError(f"end must not be before start, got start={low!r}, end={high!r}")
-    return low, high
-
-
-def backfill_overlap(overlap: object) -> bool:
-    """Whether a backfill's ``overlap`` queues nothing while a run is in flight.
-    ``TypeError`` for a non-Overlap, ``ValueError`` for ``allow(n)``/``REPLACE``."""
-    if overlap is not None and not isinstance(overlap, Overlap):
-        raise TypeError(
-            f"overlap must be a rota.Overlap (Overlap.BUFFER, Overlap.SKIP), got {overlap!r}"
-        )
-    if overlap is not None and overlap.concurrent:
-        raise ValueError(
-            f"a backfill's own overlap is Overlap.BUFFER or Overlap.SKIP, not {overlap!r}: "
-            "its slots run as the task's runs do, so give the task overlap=Overlap.allow(n) "
-            "(update(task_id, overlap=...)) to run them several at once"
-        )
-    return overlap == Overlap.SKIP
-
-
-def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
-    """The slots of a task's schedule in ``[start, end)`` that its live schedule has
-    passed (before its current slot, and not waiting in its backlog), ascending.
-
-    ``FixedRate``: ``first + k * period`` on the task's own grid (its cursor's
-    ``first``), for every integer k; a schedule with ``next_after(t)`` (``Cron``):
-    its instants. Raises ``ValueError`` for any other schedule (no slots to
-    name: ``Once``, ``FixedDelay``) and for more than :data:`BACKFILL_MAX` slots.
-    O(slots).
-    """
-    when = plan.schedule
-    slots: list[Time] = []
-    if isinstance(when, FixedRate):
-        first = getattr(plan.cursor, "first", when.start_at)
-        if first is None:
-            raise ValueError(f"the task's schedule {when!r} has ended: it has no slots left")
-        period = when.period
-        k = math.ceil((start - first) / period)
-        while first + (k - 1) * period >= start:  # float division may round either way
-            k -= 1
-        while first + k * period < start:
-            k += 1
-        while (at := first + k * period) < end:
-            slots.append(at)
-            k += 1
-            if len(slots) > BACKFILL_MAX:
-                break
-    elif callable(getattr(when, "next_after", None)):
-        at = when.next_after(start - 1)  # type: ignore[attr-defined]
-        while at < end:
-            if at >= start:
-                slots.append(at)
-                if len(slots) > BACKFILL_MAX:
-                    break
-            at = when.next_after(at)  # type: ignore[attr-defined]
-    else:
-        raise ValueError(
-            f"backfill needs a schedule of slots (FixedRate, Cron, or one with "
-            f"next_after(t)), not {when!r}"
-        )
-    if len(slots) > BACKFILL_MAX:
-        raise ValueError(
-            f"[{start!r}, {end!r}) holds more than {BACKFILL_MAX} slots of {when!r}: "
-            "backfill it in parts"
-        )
-    # The live schedule runs its current slot and every later one itself.
-    live = set(plan.backlog or ())
-    return [slot for slot in slots if slot < plan.slot and slot not in live]
-
-
-def check_stoppable(action: object) -> None:
-    """``ValueError`` unless ``action`` can be stopped in the middle of a run, as
-    ``Overlap.REPLACE`` needs: an ``async def`` function (its coroutine is cancelled,
-    under :class:`~rota.AsyncRunner`), or one marked ``stoppable`` by what stops it
-    on ``RUN_REPLACED`` (``rota run``'s commands: their process group). A thread
-    cannot be stopped safely."""
-    call = getattr(action, "__call__", None)  # noqa: B004 - an async __call__ counts too
-    if getattr(action, "stoppable", False) is True:
-        return
-    if not (inspect.iscoroutinefunction(action) or inspect.iscoroutinefunction(call)):
-        raise ValueError(
-            f"overlap=Overlap.REPLACE stops the run in flight, and {action!r} cannot be "
-            "stopped: give an async def action (run under AsyncRunner: its coroutine is "
-            "cancelled), or use Overlap.SKIP / Overlap.BUFFER"
-        )
-
-
-def check_end(plan: Plan, first: Time) -> None:
-    """``ValueError`` for an ``end`` before the task's first run: it would never run."""
-    if plan.end is not None and first > plan.end:
-        raise ValueError(f"end={plan.end!r} is before the task's first run, at {first!r}")
-
-
-def _check_retry_on(retry_on: object) -> RetryOn | None:
-    """``None``, an exception type, a tuple of them, or a predicate ``(error) -> bool``."""
-    if retry_on is None or (isinstance(retry_on, type) and issubclass(retry_on, BaseException)):
-        return retry_on
-    if isinstance(retry_on, tuple) and all(
-        isinstance(t, type) and issubclass(t, BaseException) for t in retry_on
-    ):
-        return retry_on
-    if callable(retry_on):
-        return retry_on
-    raise TypeError(
-        "retry_on must be an exception type, a tuple of them, or a function "
-        f"(error) -> bool, got {retry_on!r}"
-    )
-
-
-def check_priority(priority: object) -> None:
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")
+_JOB_DEFAULTS: dict[str, Any] = {
+    "args": None, "kwargs": None, "max_retries": 0, "retry": None, "retry_on": None,
+    "misfire": None, "priority": 0, "overlap": None, "deadline": None, "jitter": None,
+    "end": None, "max_runs": None,
+}  # fmt: skip
+"""What :meth:`Scheduler.job` passes on, as :meth:`Scheduler.schedule` takes it."""
+_POLICIES = ("max_retries", "retry", "retry_on", "misfire", "priority")
+_CONTROLS = ("overlap", "deadline", "jitter", "end", "max_runs")
 
 
 class Scheduler:
@@ -335,9 +109,7 @@ class Scheduler:
     > 0 and finite.
     """
 
-    __slots__ = (
-        "_clock", "_engine", "_epoch", "_lock", "_plain_code", "_table",
-    )  # fmt: skip
+    __slots__ = ("_clock", "_epoch", "_table")
 
     def __init__(
         self,
@@ -349,14 +121,10 @@ class Scheduler:
     ) -> None:
         self._clock = _validate.callable_("clock", clock)
         _validate.positive("backoff", backoff)
-        _check_retry(retry)
-        self._engine = Engine(backoff, retry)
-        # An RLock, taken by the interrupt-safe shape of locked() (rota._tasks).
-        self._lock = threading.RLock()
-        # Where the tasks live (a durable scheduler puts a StoredTasks here); the
-        # listeners and the runners' wake-ups are kept by it
-        self._table: Tasks = LocalTasks(self._engine, self._lock)
-        self._plain_code: object = None  # the code of the last function checked as action(at)
+        check_retry(retry)
+        # Where the tasks live (a durable scheduler puts a StoredTasks here): every
+        # method below checks its arguments, then asks the table
+        self._table: Tasks = LocalTasks(Engine(backoff, retry), threading.RLock(), self._clock)
         if epoch is not None and not isinstance(epoch, bool):
             raise TypeError(f"epoch must be True, False or None, got {epoch!r}")
         if epoch is None:
@@ -364,13 +132,7 @@ class Scheduler:
         self._epoch = epoch
 
     def __repr__(self) -> str:
-        pending, head = self._locked(lambda: (len(self._engine), self._engine.next_time()))
-        return f"<Scheduler unfinished={pending} next_run_time={head!r}>"
-
-    def _locked(self, operation: Callable[..., T], *args: Any) -> T:
-        """Run an engine operation under the lock, safe against interrupts (see
-        :func:`rota._tasks.locked`)."""
-        return locked(self._lock, self._engine, operation, *args)
+        return f"<Scheduler unfinished={len(self.tasks())} next_run_time={self.next_run_time()!r}>"
 
     @property
     def table(self) -> Tasks:
@@ -389,7 +151,7 @@ class Scheduler:
         self,
         task_id: Hashable,
         delay: Time | timedelta,
-        action: Callable[..., object],
+        action: Callable[..., object] | str,
         max_retries: int = 0,
         **options: Unpack[TaskOptions],
     ) -> bool:
@@ -418,7 +180,10 @@ class Scheduler:
         value; ``ValueError`` for a negative, NaN or infinite ``delay`` or a
         negative ``max_retries``. Nothing changes when it raises.
         """
-        if options:  # everything beyond the contract's call: one implementation, schedule()
+        table = self._table
+        # Beyond the contract's call, or a table that keeps actions by name (a store):
+        # one implementation, schedule()
+        if options or not table.fast:
             unknown = options.keys() - _ONCE_OPTIONS
             if unknown:
                 raise TypeError(
@@ -446,8 +211,8 @@ class Scheduler:
             hash(task_id)
         except TypeError:
             _validate.hashable("task_id", task_id)
-        if type(action) is not FunctionType or action.__code__ is not self._plain_code:
-            prepared = self._prepare(action, None, None)
+        if type(action) is not FunctionType or action.__code__ is not table.plain_code:
+            prepared = table.admit(task_id, action, None, None, None)
             if type(prepared) is Bound:  # it asks for the run's facts: the general path
                 return self.schedule(task_id, Once(delay), action, max_retries=max_retries)
             action = prepared
@@ -458,15 +223,16 @@ class Scheduler:
         if at.__class__ is not float or at - at:
             at = self._at(delay)  # type: ignore[arg-type]
         if max_retries:
-            return self._add(task_id, at, action, make_plan(None, max_retries, None, None, 0))
-        return self._add(task_id, at, action, None)
+            plan = make_plan(None, max_retries, None, None, 0)
+            return table.add(task_id, None, at, action, plan, False)
+        return table.add(task_id, None, at, action, None, False)
 
     def schedule_at_fixed_rate(
         self,
         task_id: Hashable,
         initial_delay: Time | timedelta,
         period: Time | timedelta,
-        action: Callable[..., object],
+        action: Callable[..., object] | str,
         max_retries: int = 0,
         *,
         args: Sequence[Any] | None = None,
@@ -503,8 +269,6 @@ class Scheduler:
         _validate.hashable("task_id", task_id)
         initial_delay = _validate.delay("initial_delay", initial_delay)
         period = _validate.positive("period", period)
-        _validate.callable_("action", action)
-        _validate.count("max_retries", max_retries)
         when = FixedRate(period, delay=initial_delay)
         return self.schedule(
             task_id,
@@ -529,7 +293,7 @@ class Scheduler:
         self,
         task_id: Hashable,
         when: Schedule,
-        action: Callable[..., object],
+        action: Callable[..., object] | str,
         *,
         args: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
@@ -579,23 +343,37 @@ class Scheduler:
         mismatches above. An exception from the schedule's own
         ``start``/``next`` propagates. Nothing changes when it raises.
         """
+        admitted, plan, first = self._admit(
+            task_id, when, action, args, kwargs,
+            (max_retries, retry, retry_on, misfire, priority),
+            (overlap, deadline, jitter, end, max_runs),
+        )  # fmt: skip
+        return self._table.add(task_id, when, first, admitted, plan, replace_existing)
+
+    def _admit(
+        self,
+        task_id: Hashable,
+        when: Schedule,
+        action: Any,
+        args: Any,
+        kwargs: Any,
+        policies: tuple[Any, Any, Any, Any, Any],
+        control: tuple[Any, Any, Any, Any, Any],
+    ) -> tuple[Any, Plan, Time]:
+        """Check a new task's arguments (the one sequence, :func:`rota._checks.task_plan`,
+        then what its table needs) and bind its schedule: its action as the table
+        keeps it, its plan and its first run time. ``policies`` is ``(max_retries,
+        retry, retry_on, misfire, priority)``, ``control`` ``(overlap, deadline,
+        jitter, end, max_runs)``. Raises what :meth:`schedule` documents."""
         _validate.hashable("task_id", task_id)
-        _validate.callable_("action", action)
-        _validate.count("max_retries", max_retries)
-        if isinstance(when, Once) and misfire is not None:
-            raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
-        plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)
-        controls(plan, when, overlap, deadline, jitter, self._end(end), max_runs)
-        if plan.replace:
-            check_stoppable(action)
-        action = self._prepare(action, args, kwargs)
+        overlap, deadline, jitter, end, max_runs = control
+        control = (overlap, deadline, jitter, self._end(end), max_runs)
+        plan = task_plan(when, *policies, control)
+        admitted = self._table.admit(task_id, action, args, kwargs, plan)
         cursor, first = self._first(when)
         check_end(plan, first)
         plan.cursor = cursor
-        plan.schedule = when
-        if type(action) is Bound:
-            action.bind(task_id, plan)
-        return self._add(task_id, first, action, plan, replace_existing)
+        return admitted, plan, first
 
     def job(
         self,
@@ -621,34 +399,19 @@ class Scheduler:
         """
 
         def register(action: F) -> F:
+            unknown = options.keys() - _JOB_DEFAULTS.keys()
+            if unknown:
+                raise TypeError(f"job() got unexpected keyword arguments {sorted(unknown)}")
             name = task_id if task_id is not None else f"{action.__module__}.{action.__qualname__}"
-            self._declare_job(name, when, action, replace_existing, options)
+            given = {**_JOB_DEFAULTS, **options}
+            admitted, plan, first = self._admit(
+                name, when, action, given["args"], given["kwargs"],
+                tuple(given[k] for k in _POLICIES), tuple(given[k] for k in _CONTROLS),
+            )  # fmt: skip
+            self._table.add(name, when, first, admitted, plan, None if replace_existing else False)
             return action
 
         return register
-
-    def _declare_job(
-        self,
-        name: Hashable,
-        when: Schedule,
-        action: Callable[..., object],
-        replace_existing: bool,
-        options: dict[str, Any],
-    ) -> None:
-        """How :meth:`job` declares a decorated function: ``schedule``, replacing."""
-        self.schedule(name, when, action, replace_existing=replace_existing, **options)
-
-    def _prepare(self, action: Any, args: Any, kwargs: Any) -> Action:
-        """Check the action's call shape (:func:`rota._calls.prepare`).
-
-        Remembers the code of the last plain ``action(at)`` function, so that
-        scheduling the same function again costs one identity test; other
-        functions hit ``prepare``'s cache (O(1)).
-        """
-        prepared = prepare(action, args, kwargs)
-        if prepared is action and type(action) is FunctionType:
-            self._plain_code = action.__code__
-        return prepared
 
     def _end(self, end: Time | datetime | None) -> Time | datetime | None:
         """``end`` as given, refused (``ValueError``) as a datetime on a monotonic clock."""
@@ -675,7 +438,7 @@ class Scheduler:
         monotonic one; what the schedule itself raises propagates.
         """
         if now is None:
-            now = time_from("the clock", self._clock())
+            now = self._table.now()
         if self._epoch is False and getattr(when, "epoch", False):
             raise ValueError(
                 f"{when!r} runs at wall-clock instants, but this scheduler's clock is "
@@ -700,35 +463,6 @@ class Scheduler:
             )
         return cursor, first
 
-    def _add(
-        self,
-        task_id: Hashable,
-        at: Time,
-        action: Callable[..., object],
-        plan: Plan | None,
-        replace: bool = False,
-    ) -> bool:
-        lock = self._lock  # the shape of locked(), inlined: a hot path
-        try:
-            lock.acquire()
-            if not self._engine.add(task_id, action, at, plan, replace):
-                return False
-            head = self._engine.next_time() if self._table.wakeups else None
-        except BaseException:
-            if lock._is_owned():  # type: ignore[attr-defined]
-                self._engine._repair()
-            raise
-        finally:
-            try:
-                lock.release()
-            except RuntimeError:  # acquire() was cut short: nothing to release
-                pass
-        if head is not None:
-            self._table.wake(head)
-        if self._table.listeners:
-            self._table.emit(Event(EventKind.TASK_ADDED, task_id, at))
-        return True
-
     def pause(self, task_id: Hashable) -> bool:
         """Keep a task from running until :meth:`resume`.
 
@@ -739,14 +473,14 @@ class Scheduler:
 
         Complexity: O(1) amortised.
         """
-        return self._change(self._engine.pause, task_id, event=EventKind.TASK_PAUSED)
+        return self._table.pause(task_id)
 
     def is_paused(self, task_id: Hashable) -> bool:
         """True if the task is unfinished and paused.
 
         Complexity: O(1).
         """
-        return self._locked(self._engine.is_paused, task_id)
+        return self._table.is_paused(task_id)
 
     def resume(self, task_id: Hashable) -> bool:
         """Let a paused task run again. ``False`` if it is not paused.
@@ -757,7 +491,7 @@ class Scheduler:
 
         Complexity: O(log n), plus O(missed slots) under a bounded misfire policy.
         """
-        return self._change(self._engine.resume, task_id, event=EventKind.TASK_RESUMED)
+        return self._table.resume(task_id)
 
     def reschedule(self, task_id: Hashable, when: Schedule) -> bool:
         """Give an unfinished task a new schedule, keeping its id, action and policies.
@@ -776,7 +510,7 @@ class Scheduler:
         not a finite number. Nothing changes when it raises.
         """
         cursor, first = self._first(when)
-        return self._change(self._engine.reschedule, task_id, cursor, first, when)
+        return self._table.reschedule(task_id, when, cursor, first)
 
     def trigger(self, task_id: Hashable) -> bool:
         """Run a scheduled task once now, outside its schedule; its schedule goes on after.
@@ -790,8 +524,7 @@ class Scheduler:
 
         Complexity: O(log n). Raises what reading the clock raises.
         """
-        now = time_from("the clock", self._clock())
-        return self._change(self._engine.trigger, task_id, now)
+        return self._table.trigger(task_id)
 
     def update(self, task_id: Hashable, **options: Any) -> bool:
         """Change options of an unfinished task in place, from its next run on.
@@ -813,32 +546,7 @@ class Scheduler:
         arguments the action cannot be called with). Nothing changes when it
         raises.
         """
-        found = changes(options)
-        rebind = "args" in options or "kwargs" in options
-
-        def change() -> bool:
-            action = None
-            current = self._engine.action_of(task_id)
-            if found.get("replace") and current is not None:
-                check_stoppable(stoppable_action(current))
-            if rebind:
-                if current is None:
-                    return False
-                action = self._rebound(task_id, current, options)
-            return self._engine.update(task_id, found, action)
-
-        return self._locked(change)
-
-    def _rebound(self, task_id: Hashable, current: Action, options: Mapping[str, Any]) -> Action:
-        """The task's action called with the new ``args``/``kwargs`` of ``options``
-        (the others as they were), its call shape checked (``TypeError``)."""
-        function: Any = current.action if type(current) is Bound else current
-        args = options["args"] if "args" in options else getattr(current, "args", None)
-        kwargs = options["kwargs"] if "kwargs" in options else getattr(current, "kwargs", None)
-        action = prepare(function, args or None, kwargs or None)
-        if type(action) is Bound:
-            action.bind(task_id, self._engine.plan_of(task_id))
-        return action
+        return self._table.update(task_id, changes(options), options)
 
     def backfill(
         self,
@@ -869,37 +577,7 @@ class Scheduler:
         more than :data:`BACKFILL_MAX` slots.
         """
         low, high = window(self._end(start), self._end(end))
-        idle_only = backfill_overlap(overlap)
-
-        def queue() -> int:
-            plan = self._engine.plan_of(task_id)
-            if plan is None:
-                return 0
-            slots = slots_in(plan, low, high)
-            return self._engine.backfill(task_id, slots, idle_only=idle_only)
-
-        queued = self._locked(queue)
-        if queued and self._table.wakeups:
-            self._table.wake(low)
-        return queued
-
-    def _change(
-        self, operation: Callable[..., bool], *args: Any, event: EventKind | None = None
-    ) -> bool:
-        """Run an engine operation under the lock; wake runners if it queued a run.
-
-        ``event`` is emitted (on ``args[0]``, the task id) when it changed something.
-        """
-
-        def change() -> tuple[bool, Time | None]:
-            return operation(*args), self._engine.next_time() if self._table.wakeups else None
-
-        changed, head = self._locked(change)
-        if head is not None:
-            self._table.wake(head)
-        if changed and event is not None and self._table.listeners:
-            self._table.emit(Event(event, args[0]))
-        return changed
+        return self._table.backfill(task_id, low, high, backfill_overlap(overlap))
 
     def cancel(self, task_id: Hashable) -> bool:
         """Cancel a scheduled, queued or running task; it never starts again.
@@ -913,22 +591,7 @@ class Scheduler:
 
         Complexity: O(1) amortised (stale queue entries are compacted lazily).
         """
-        lock = self._lock  # the shape of locked(), inlined: a hot path
-        try:
-            lock.acquire()
-            cancelled = self._engine.cancel(task_id)
-        except BaseException:
-            if lock._is_owned():  # type: ignore[attr-defined]
-                self._engine._repair()
-            raise
-        finally:
-            try:
-                lock.release()
-            except RuntimeError:  # acquire() was cut short: nothing to release
-                pass
-        if cancelled and self._table.listeners:
-            self._table.emit(Event(EventKind.TASK_REMOVED, task_id))
-        return cancelled
+        return self._table.cancel(task_id)
 
     def status(self, task_id: Hashable) -> Status | None:
         """The task's :class:`~rota.Status`, or ``None`` for an unknown id.
@@ -938,7 +601,7 @@ class Scheduler:
 
         Complexity: O(1).
         """
-        return self._locked(self._engine.status, task_id)
+        return self._table.status(task_id)
 
     def next_run_time(self, task_id: Hashable = _UNSET) -> Time | None:
         """The time of the earliest live run, or ``None`` if nothing is queued.
@@ -950,7 +613,7 @@ class Scheduler:
         Complexity: O(1) amortised.
         """
         if task_id is _UNSET:
-            return self._locked(self._engine.next_time)
+            return self._table.next_time()
         info = self.info(task_id)
         return None if info is None else info.next_run_time
 
@@ -962,14 +625,28 @@ class Scheduler:
 
         Complexity: O(1).
         """
-        return self._locked(self._engine.info, task_id)
+        return self._table.info(task_id)
 
-    def tasks(self) -> list[TaskInfo]:
-        """A :class:`~rota.TaskInfo` for every unfinished task, in no particular order.
+    def tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskInfo]:
+        """A :class:`~rota.TaskInfo` for every unfinished task.
 
-        A consistent snapshot, taken under the lock. Complexity: O(n).
+        Complexity: in memory, O(n), in no particular order (a consistent
+        snapshot, taken under the lock); a store lists them by id, one query.
+        Paged for large tables: up to ``limit`` tasks (all: ``None``) whose ids,
+        as text, come after ``after`` (pass the last id of a page, ``str(info.task_id)``, to get the next);
+        paged, in memory too, they come by id as text, O(n log n). A stored row
+        this process cannot read (corrupt JSON, a schedule kind a newer rota
+        wrote) is listed with ``schedule`` ``None``: one bad row hides no other.
+
+        Raises ``TypeError`` for an ``after`` that is not a str or ``None``,
+        ``TypeError``/``ValueError`` for a ``limit`` that is not an int >= 1 or
+        ``None``.
         """
-        return self._locked(self._engine.infos)
+        if limit is not None and _validate.count("limit", limit) < 1:
+            raise ValueError(f"limit must be >= 1 or None, got {limit!r}")
+        if after is not None and not isinstance(after, str):
+            raise TypeError(f"after must be a task id (str) or None, got {after!r}")
+        return self._table.infos(after, limit)
 
     @property
     def epoch(self) -> bool | None:
@@ -1003,11 +680,11 @@ class Scheduler:
                 f"{[str(k) for k in EventKind]}"
             ) from None
         entry = (listener, wanted)
-        with self._lock:
+        with self._table.lock:
             self._table.listen((*self._table.listeners, entry))
 
         def remove() -> None:
-            with self._lock:
+            with self._table.lock:
                 self._table.listen(tuple(h for h in self._table.listeners if h is not entry))
 
         return remove

@@ -15,13 +15,17 @@ from __future__ import annotations
 import inspect
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from types import FunctionType
 from typing import Any, TypeVar
 
 from . import _validate
+from ._calls import Bound, prepare
+from ._checks import check_stoppable, slots_in, stoppable_action
 from ._engine import Engine, Task, run_at
 from ._events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
-from ._types import RunOutcome, Status, Time
+from ._policy import Cursor, Plan, Schedule
+from ._types import Action, RunOutcome, Status, TaskInfo, Time
 
 T = TypeVar("T")
 _RUN_STARTED, _RUN_SKIPPED = EventKind.RUN_STARTED, EventKind.RUN_SKIPPED  # hot paths' constants
@@ -170,6 +174,100 @@ class Tasks(ABC):
         for callback in self.wakeups:
             callback(head)
 
+    # -- the API half: what Scheduler's methods ask, once they checked what they can
+
+    fast = False
+    """Whether a plain ``schedule_once`` (an ``action(at)``, no options) may take the
+    scheduler's hot path straight to :meth:`add` (a table that stores actions by name
+    takes the general one)."""
+
+    plain_code: object = None
+    """Where :attr:`fast`: the code of the last function :meth:`admit` took as a plain
+    ``action(at)``, so that scheduling it again costs the hot path one identity test."""
+
+    @abstractmethod
+    def now(self) -> Time:
+        """The time a schedule is bound at: the clock's reading (the store's own time
+        where the store keeps one). Raises what reading the clock raises."""
+
+    @abstractmethod
+    def admit(
+        self, task_id: Hashable, action: Any, args: Any, kwargs: Any, plan: Plan | None
+    ) -> Any:
+        """Check that this table can keep ``task_id`` and run ``action`` called with
+        ``args``/``kwargs``; return the action as :meth:`add` takes it. Raises
+        ``TypeError`` (``ValueError`` for an ``Overlap.REPLACE`` action that cannot
+        be stopped) naming what it refuses; changes nothing."""
+
+    @abstractmethod
+    def add(
+        self,
+        task_id: Hashable,
+        when: Schedule | None,
+        first: Time,
+        action: Any,
+        plan: Plan | None,
+        replace: bool | None,
+    ) -> bool:
+        """Add a task (its ``action`` as :meth:`admit` gave it, ``plan`` bound to
+        ``when``, first run at ``first``). ``replace``: ``False`` leaves an unfinished
+        task of that id alone (returns ``False``); ``True`` replaces it; ``None``
+        declares it (as ``@job`` does: a store keeps a task declared the same, and its
+        place in its schedule, across restarts; in memory it replaces)."""
+
+    @abstractmethod
+    def cancel(self, task_id: Hashable) -> bool:
+        """Cancel an unfinished task (``TASK_REMOVED``); see :meth:`Scheduler.cancel`."""
+
+    @abstractmethod
+    def pause(self, task_id: Hashable) -> bool:
+        """Pause an unfinished task (``TASK_PAUSED``); see :meth:`Scheduler.pause`."""
+
+    @abstractmethod
+    def resume(self, task_id: Hashable) -> bool:
+        """Resume a paused task (``TASK_RESUMED``); see :meth:`Scheduler.resume`."""
+
+    @abstractmethod
+    def reschedule(
+        self, task_id: Hashable, when: Schedule, cursor: Cursor | None, first: Time
+    ) -> bool:
+        """Give an unfinished task the schedule ``when``, bound as ``cursor``/``first``."""
+
+    @abstractmethod
+    def trigger(self, task_id: Hashable) -> bool:
+        """Queue an extra run of the task now; see :meth:`Scheduler.trigger`."""
+
+    @abstractmethod
+    def update(self, task_id: Hashable, found: dict[str, object], options: Any) -> bool:
+        """Set the plan attributes ``found`` (:func:`rota._scheduler.changes`) and the
+        ``args``/``kwargs`` of ``options``, if there, on an unfinished task."""
+
+    @abstractmethod
+    def backfill(self, task_id: Hashable, low: Time, high: Time, idle_only: bool) -> int:
+        """Queue the task's slots in ``[low, high)`` that have not run; how many."""
+
+    @abstractmethod
+    def status(self, task_id: Hashable) -> Status | None:
+        """The task's status, ``None`` for an unknown id."""
+
+    @abstractmethod
+    def is_paused(self, task_id: Hashable) -> bool:
+        """Whether the task is unfinished and paused."""
+
+    @abstractmethod
+    def info(self, task_id: Hashable) -> TaskInfo | None:
+        """What :meth:`Scheduler.info` shows of the task, ``None`` for an unknown id."""
+
+    @abstractmethod
+    def infos(self, after: str | None, limit: int | None) -> list[TaskInfo]:
+        """The unfinished tasks, paged as :meth:`Scheduler.tasks` says."""
+
+    @abstractmethod
+    def next_time(self) -> Time | None:
+        """The earliest time a run may be due, ``None`` if nothing is queued."""
+
+    # -- the runner half
+
     @abstractmethod
     def claim(self, now: Time, *, queued: bool = False, room: int | None = None) -> Any:
         """The earliest run due at ``now``, claimed (``queued``: not started yet), or
@@ -216,17 +314,197 @@ class LocalTasks(Tasks):
     scheduler's lock. Its hot paths build nothing per run: a claimed run is the
     engine's own task."""
 
-    __slots__ = ("engine",)
+    __slots__ = ("clock", "engine", "plain_code")
 
-    def __init__(self, engine: Engine, lock: threading.RLock) -> None:
+    fast = True
+
+    def __init__(self, engine: Engine, lock: threading.RLock, clock: Callable[[], Time]) -> None:
         super().__init__(lock)
         self.engine = engine
+        self.clock = clock
+        # The code of the last function admitted as a plain action(at): scheduling the
+        # same function again costs the scheduler's hot path one identity test
+        self.plain_code: object = None
 
     def locked(self, operation: Callable[..., T], *args: Any) -> T:
         """Run an engine operation under the lock (see :func:`locked`)."""
         return locked(self.lock, self.engine, operation, *args)
 
     def wake_time(self) -> Time | None:
+        """The earliest live run's time. O(1) amortised."""
+        return self.locked(self.engine.next_time)
+
+    # -- the API half
+
+    def now(self) -> Time:
+        """The clock's reading, checked (``TypeError``/``ValueError``). O(1)."""
+        return _validate.time_from("the clock", self.clock())
+
+    def admit(
+        self, task_id: Hashable, action: Any, args: Any, kwargs: Any, plan: Plan | None
+    ) -> Action:
+        """Any hashable id; any callable, its call shape checked now
+        (:func:`rota._calls.prepare`, cached: O(1)). ``TypeError`` otherwise."""
+        _validate.hashable("task_id", task_id)
+        _validate.callable_("action", action)
+        if plan is not None and plan.replace:
+            check_stoppable(action)
+        prepared = prepare(action, args, kwargs)
+        if prepared is action and type(action) is FunctionType:
+            self.plain_code = action.__code__
+        if type(prepared) is Bound:
+            prepared.bind(task_id, plan)
+        return prepared
+
+    def add(
+        self,
+        task_id: Hashable,
+        when: Schedule | None,
+        first: Time,
+        action: Any,
+        plan: Plan | None,
+        replace: bool | None,
+    ) -> bool:
+        """Add the task to the engine (``replace`` ``None``: replacing). O(log n)."""
+        lock, engine = self.lock, self.engine  # the shape of locked(), inlined: a hot path
+        try:
+            lock.acquire()
+            if not engine.add(task_id, action, first, plan, replace is not False):
+                return False
+            head = engine.next_time() if self.wakeups else None
+        except BaseException:
+            if lock._is_owned():  # type: ignore[attr-defined]
+                engine._repair()
+            raise
+        finally:
+            try:
+                lock.release()
+            except RuntimeError:  # acquire() was cut short: nothing to release
+                pass
+        if head is not None:
+            self.wake(head)
+        if self.listeners:
+            self.emit(Event(EventKind.TASK_ADDED, task_id, first))
+        return True
+
+    def _change(
+        self, operation: Callable[..., Any], *args: Any, event: EventKind | None = None
+    ) -> Any:
+        """Run an engine operation under the lock; wake runners if it queued a run;
+        emit ``event`` (on ``args[0]``, the task id) if it changed something."""
+        engine = self.engine
+
+        def change() -> tuple[Any, Time | None]:
+            return operation(*args), engine.next_time() if self.wakeups else None
+
+        changed, head = self.locked(change)
+        if head is not None:
+            self.wake(head)
+        if changed and event is not None and self.listeners:
+            self.emit(Event(event, args[0]))
+        return changed
+
+    def cancel(self, task_id: Hashable) -> bool:
+        """Cancel it in the engine. O(1) amortised."""
+        lock, engine = self.lock, self.engine  # the shape of locked(), inlined: a hot path
+        try:
+            lock.acquire()
+            cancelled = engine.cancel(task_id)
+        except BaseException:
+            if lock._is_owned():  # type: ignore[attr-defined]
+                engine._repair()
+            raise
+        finally:
+            try:
+                lock.release()
+            except RuntimeError:  # acquire() was cut short: nothing to release
+                pass
+        if cancelled and self.listeners:
+            self.emit(Event(EventKind.TASK_REMOVED, task_id))
+        return cancelled
+
+    def pause(self, task_id: Hashable) -> bool:
+        """Pause it in the engine. O(1) amortised."""
+        return bool(self._change(self.engine.pause, task_id, event=EventKind.TASK_PAUSED))
+
+    def resume(self, task_id: Hashable) -> bool:
+        """Resume it in the engine. O(log n) plus the missed slots it handles."""
+        return bool(self._change(self.engine.resume, task_id, event=EventKind.TASK_RESUMED))
+
+    def reschedule(
+        self, task_id: Hashable, when: Schedule, cursor: Cursor | None, first: Time
+    ) -> bool:
+        """Reschedule it in the engine. O(log n)."""
+        return bool(self._change(self.engine.reschedule, task_id, cursor, first, when))
+
+    def trigger(self, task_id: Hashable) -> bool:
+        """Queue its extra run at the clock's now. O(log n)."""
+        return bool(self._change(self.engine.trigger, task_id, self.now()))
+
+    def update(self, task_id: Hashable, found: dict[str, object], options: Any) -> bool:
+        """Change its plan in the engine, rebinding its action to new ``args``/``kwargs``
+        (their call shape checked: ``TypeError``). O(log n)."""
+        engine = self.engine
+        rebind = "args" in options or "kwargs" in options
+
+        def change() -> bool:
+            action = None
+            current = engine.action_of(task_id)
+            if found.get("replace") and current is not None:
+                check_stoppable(stoppable_action(current))
+            if rebind:
+                if current is None:
+                    return False
+                function: Any = current.action if type(current) is Bound else current
+                args = options["args"] if "args" in options else getattr(current, "args", None)
+                kwargs = (
+                    options["kwargs"] if "kwargs" in options else getattr(current, "kwargs", None)
+                )
+                action = prepare(function, args or None, kwargs or None)
+                if type(action) is Bound:
+                    action.bind(task_id, engine.plan_of(task_id))
+            return engine.update(task_id, found, action)
+
+        return self.locked(change)
+
+    def backfill(self, task_id: Hashable, low: Time, high: Time, idle_only: bool) -> int:
+        """Queue its slots in ``[low, high)`` (:func:`rota._checks.slots_in`).
+        O(k log n) for k slots."""
+        engine = self.engine
+
+        def queue(task_id: Hashable) -> int:
+            plan = engine.plan_of(task_id)
+            if plan is None:
+                return 0
+            return engine.backfill(task_id, slots_in(plan, low, high), idle_only=idle_only)
+
+        queued: int = self._change(queue, task_id)
+        return queued
+
+    def status(self, task_id: Hashable) -> Status | None:
+        """From the engine (finished tasks: the latest 10,000 at least). O(1)."""
+        return self.locked(self.engine.status, task_id)
+
+    def is_paused(self, task_id: Hashable) -> bool:
+        """From the engine. O(1)."""
+        return self.locked(self.engine.is_paused, task_id)
+
+    def info(self, task_id: Hashable) -> TaskInfo | None:
+        """From the engine (:func:`rota._engine.task_info`). O(1)."""
+        return self.locked(self.engine.info, task_id)
+
+    def infos(self, after: str | None, limit: int | None) -> list[TaskInfo]:
+        """A snapshot under the lock: O(n); paged (``after``/``limit`` given), by id as
+        text, O(n log n)."""
+        infos = self.locked(self.engine.infos)
+        if after is None and limit is None:
+            return infos
+        infos.sort(key=lambda info: str(info.task_id))
+        if after is not None:
+            infos = [info for info in infos if str(info.task_id) > after]
+        return infos if limit is None else infos[:limit]
+
+    def next_time(self) -> Time | None:
         """The earliest live run's time. O(1) amortised."""
         return self.locked(self.engine.next_time)
 

@@ -36,7 +36,7 @@ from rota import (
     Status,
 )
 from rota.cron import Cron
-from rota.durable import StoredError
+from rota.durable import StoredError, StoredTasks
 from rota.durable import _commit as durable_commit
 from rota.durable._rows import Held
 from rota.store import (
@@ -1303,7 +1303,7 @@ def test_a_completion_left_waiting_by_a_long_run_is_committed_after_linger(
     monkeypatch.setattr(durable_commit, "LINGER", 0.05)
     # claims of the full batch from the first (the pace, measured in time, would make
     # the claims' sizes depend on how loaded the machine is)
-    monkeypatch.setattr(DurableScheduler, "_paced", lambda self, now: 2)
+    monkeypatch.setattr(StoredTasks, "_paced", lambda self, now: 2)
     store = FlushNotingStore(tmp_path / "l.db")
     sched = DurableScheduler(store, batch=2)
     reported = threading.Event()

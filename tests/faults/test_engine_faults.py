@@ -25,7 +25,7 @@ from rota import (
 )
 from rota.cron import Cron
 from rota.schedules import FixedDelay
-from tests.helpers import rows
+from tests.helpers import check_table, rows
 
 BAD_TIMES: list[Any] = [math.nan, math.inf, -math.inf, 10**400, "soon", None.__class__]
 BAD_IDS = ["nan", "inf", "-inf", "1e400", "str", "type"]
@@ -67,7 +67,7 @@ def serves_others(s: Scheduler, now: float) -> None:
     """The scheduler still runs an unrelated task and keeps its invariants."""
     s.schedule_once("witness", 0, ok)
     assert ("witness", "ok") in [(o.task_id, o.result) for o in s.tick(now)]
-    s._engine._check()
+    check_table(s)
 
 
 # -- #5, #6: garbage times from cursors, retry policies and reschedule ------------
@@ -106,7 +106,7 @@ def test_reschedule_to_a_garbage_time_is_refused_and_changes_nothing(bad: Any) -
         s.reschedule("t", Script(bad))
     assert s.next_run_time() == 5
     assert rows(s.tick(5)) == [("t", 5, "ok", 0)]
-    s._engine._check()
+    check_table(s)
 
 
 def test_a_clock_returning_garbage_is_refused_when_scheduling() -> None:
@@ -262,7 +262,7 @@ def test_a_hostile_id_colliding_in_the_table_stalls_nothing_and_keeps_its_outcom
     assert (outcome.task_id, outcome.result) == (h, Result.OK)
     assert rows(s.tick(10)) == [(42, 10, "ok", 0)]
     assert s.status(42) is Status.DONE
-    s._engine._check()
+    check_table(s)
 
 
 def test_a_hostile_id_colliding_in_the_history_keeps_its_outcome_and_status() -> None:
@@ -275,7 +275,7 @@ def test_a_hostile_id_colliding_in_the_history_keeps_its_outcome_and_status() ->
     assert [o.task_id for o in got] == [42, h]
     assert s.status(h) is Status.DONE
     assert s.status(42) is Status.DONE  # kept by identity beside h (it was forgotten)
-    s._engine._check()
+    check_table(s)
     serves_others(s, 1)
 
 
@@ -296,7 +296,7 @@ def test_a_hostile_id_that_ran_keeps_its_status_when_an_id_of_its_hash_finishes(
     info = s.info(h)
     assert info is not None
     assert info.status is Status.DONE
-    s._engine._check()
+    check_table(s)
 
 
 # -- #18: Backoff with a float base -------------------------------------------------

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from rota import ManualClock, Misfire, Once, Result, Scheduler, Status
+from tests.helpers import check_table
 
 IDS = st.integers(0, 5)
 GARBAGE = st.sampled_from([math.nan, math.inf, -1.0, "x", None, 10**400])
@@ -174,7 +175,7 @@ class FaultModel(RuleBasedStateMachine):
 
     @invariant()
     def nothing_stuck(self) -> None:
-        self.s._engine._check()
+        check_table(self.s)
         for task_id in range(6):
             assert self.s.status(task_id) not in (Status.QUEUED, Status.RUNNING)
 

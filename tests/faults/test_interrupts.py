@@ -61,11 +61,11 @@ while not stop.is_set():
         interrupts += 1
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 got = []
-take = lambda: got.append(s._lock.acquire(timeout=5) and s._lock.release())
+take = lambda: got.append(s.table.lock.acquire(timeout=5) and s.table.lock.release())
 probe = threading.Thread(target=take)
 probe.start(); probe.join()
 assert got == [None], "the scheduler lock leaked"  # another thread could take it
-s._engine._check()
+s.table.engine._check()
 ids = [*range(64), *(("rate", i) for i in range(8))]
 for i in ids:
     assert s.status(i) not in (Status.QUEUED, Status.RUNNING), (i, s.status(i))
@@ -77,7 +77,7 @@ for i in range(64):
 assert s.next_run_time() is None
 s.schedule_once("witness", 0, act)
 assert [o.task_id for o in s.tick(clock() + 10**6 + 1)] == ["witness"]
-s._engine._check()
+s.table.engine._check()
 print("ok", interrupts, ops, flush=True)
 """
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from rota import AsyncRunner, ManualClock, Result, Runner, Scheduler, Status
+from rota._tasks import LocalTasks
 from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0
@@ -406,15 +407,15 @@ def test_a_dispatcher_that_ends_makes_run_forever_raise(monkeypatch: pytest.Monk
     library node exited 0, so a supervisor's Restart=on-failure did nothing."""
     looks = 0
 
-    class Broken(Scheduler):
-        def _wake_time(self) -> Any:
-            nonlocal looks
-            looks += 1
-            if looks == 3:
-                raise Bug("escaped")
-            raise OSError("the store is down")  # an Exception: retried, never fatal
+    def broken(self: LocalTasks) -> Any:
+        nonlocal looks
+        looks += 1
+        if looks == 3:
+            raise Bug("escaped")
+        raise OSError("the store is down")  # an Exception: retried, never fatal
 
-    s = Broken(clock=ManualClock(0))
+    s = Scheduler(clock=ManualClock(0))
+    monkeypatch.setattr(LocalTasks, "wake_time", broken)
     monkeypatch.setattr("rota._runner.CLOCK_RETRY", 0.01)
     with pytest.raises(Bug, match="escaped"):
         Runner(s).run_forever(signals=False)

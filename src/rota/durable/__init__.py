@@ -11,14 +11,9 @@ stored form that a job file's loader checks before anything is stored.
 
 from rota._types import GivenBack, RunCancelled
 
+from ._changes import StoredError, removed
 from ._codec import json_value, resolve_path
-from ._scheduler import (
-    DurableScheduler,
-    Entry,
-    StoredError,
-    removed,
-    zone_of,
-)
+from ._scheduler import DurableScheduler, Entry, zone_of
 from ._tasks import LeaseExpired, StoredTasks
 
 __all__ = [

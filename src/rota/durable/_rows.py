@@ -15,9 +15,9 @@ import json
 from collections import deque
 from typing import Any
 
+from rota._checks import OVERLAP_ATTRIBUTES
 from rota._engine import WINDOWS, Engine, Task, run_state
 from rota._policy import Plan, RetryPolicy, Schedule, jitter_offset
-from rota._scheduler import OVERLAP_ATTRIBUTES
 from rota._types import FINISHED, Action, RunOutcome, Status, Time, error_text, recorded_result
 from rota.store import OutcomeRow, TaskRow
 

@@ -5,59 +5,22 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, TypeVar, Unpack
+from typing import Any, NamedTuple, TypeVar
 
 from rota import _validate
-from rota._calls import prepare
-from rota._engine import task_info
-from rota._events import Event, EventKind
 from rota._policy import RetryOn, RetryPolicy, Schedule
-from rota._scheduler import (
-    MONOTONIC_CLOCKS,
-    Clock,
-    Scheduler,
-    TaskOptions,
-    backfill_overlap,
-    changes,
-    check_end,
-    check_stoppable,
-    controls,
-    make_plan,
-    slots_in,
-    window,
-)
-from rota._types import (
-    FINISHED,
-    LEASED,
-    NO_SKIPS,
-    RunOutcome,
-    Status,
-    TaskInfo,
-    Time,
-    result_of,
-)
+from rota._scheduler import MONOTONIC_CLOCKS, Clock, Scheduler
+from rota._types import TaskInfo, Time
 from rota.misfire import Misfire
 from rota.overlap import Overlap
-from rota.schedules import FixedRate, Once
-from rota.store import Change, OutcomeRow, Store, StoreError, TaskRow
+from rota.store import OutcomeRow, Store, TaskRow
 
-from . import _codec
 from ._actions import Actions
-from ._rows import (
-    Held,
-    dump,
-    never,
-    new_row,
-    overlap_spec,
-    restore,
-    slot_of,
-    spec_of,
-    value_from,
-)
 from ._tasks import StoredTasks
 
 logger = logging.getLogger("rota.durable")
@@ -167,8 +130,9 @@ class DurableScheduler(Scheduler):
         self._store = store
         # The table: where the tasks live and what runners drive (opens the store)
         self._stored = StoredTasks(
-            store, self._lock, clock, self._actions, node=self._node, lease=lease, poll=poll,
-            batch=batch, max_expiries=max_expiries, group_commit=group_commit,
+            store, threading.RLock(), clock, self._actions, retry=retry, backoff=backoff,
+            node=self._node, lease=lease, poll=poll, batch=batch, max_expiries=max_expiries,
+            group_commit=group_commit,
         )  # fmt: skip
         self._table = self._stored
         self._clock = self._stored.clock  # the store's, if it keeps time
@@ -209,106 +173,7 @@ class DurableScheduler(Scheduler):
 
         return decorate
 
-    def _reference(self, action: object) -> tuple[str, Callable[..., object]]:
-        """The stored name of an action and the function it names, or ``TypeError``."""
-        return self._actions.reference(action)
-
-    def _declare_job(
-        self,
-        name: Hashable,
-        when: Schedule,
-        action: Callable[..., object],
-        replace_existing: bool,
-        options: dict[str, Any],
-    ) -> None:
-        """``@scheduler.job`` on a durable scheduler: :meth:`ensure`, so a restart (or
-        another worker) keeps the stored task's cursor instead of starting it over."""
-        if not isinstance(name, str):
-            raise TypeError(f"task_id must be a str for a durable task, got {name!r}")
-        self.ensure(name, when, action, **options)
-
-    # -- scheduling ------------------------------------------------------
-
-    def schedule_once(
-        self,
-        task_id: Hashable,
-        delay: Time | timedelta,
-        action: Any,
-        max_retries: int = 0,
-        **options: Unpack[TaskOptions],
-    ) -> bool:
-        """As :meth:`rota.Scheduler.schedule_once`, stored (see the class docstring)."""
-        return self.schedule(
-            task_id,
-            Once(_validate.delay("delay", delay)),
-            action,
-            max_retries=max_retries,
-            **options,
-        )
-
-    def schedule_at_fixed_rate(
-        self,
-        task_id: Hashable,
-        initial_delay: Time | timedelta,
-        period: Time | timedelta,
-        action: Any,
-        max_retries: int = 0,
-        **options: Any,
-    ) -> bool:
-        """As :meth:`rota.Scheduler.schedule_at_fixed_rate`, stored."""
-        initial_delay = _validate.delay("initial_delay", initial_delay)
-        period = _validate.positive("period", period)
-        when = FixedRate(period, delay=initial_delay)
-        return self.schedule(task_id, when, action, max_retries=max_retries, **options)
-
-    def schedule(
-        self,
-        task_id: Hashable,
-        when: Schedule,
-        action: Any,
-        *,
-        args: Sequence[Any] | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        max_retries: int = 0,
-        retry: RetryPolicy | None = None,
-        retry_on: RetryOn | None = None,
-        misfire: Misfire | None = None,
-        priority: int = 0,
-        replace_existing: bool = False,
-        overlap: Overlap | None = None,
-        deadline: Time | timedelta | None = None,
-        jitter: Time | timedelta | None = None,
-        end: Time | datetime | None = None,
-        max_runs: int | None = None,
-    ) -> bool:
-        """As :meth:`rota.Scheduler.schedule`; the task is stored when this returns.
-
-        ``action`` is a registered name, ``"module:function"``, or a function
-        defined at module level (stored as its import path). Raises, besides
-        what ``Scheduler.schedule`` raises, ``TypeError`` for a non-str
-        ``task_id``, an action it cannot store by name (a lambda, a nested
-        function: the message says what to do), arguments that are not JSON,
-        a schedule or retry policy that is not a built-in one. Nothing is
-        stored when it raises.
-        """
-        row = self._row(task_id, when, action, args, kwargs, max_retries, retry, retry_on,
-                        misfire, priority, (overlap, deadline, jitter, end, max_runs))  # fmt: skip
-
-        replaced = False
-
-        def add(old: TaskRow | None) -> Change[bool]:
-            nonlocal replaced
-            if old is not None and old.status not in FINISHED and not replace_existing:
-                return Change(False)
-            if old is not None:
-                row.fence = old.fence + 1  # the old task's run in flight is now stale
-                replaced = old.status not in FINISHED
-            return Change(True, row=row, requeued=True)
-
-        added = self._declare(row, add)
-        if replaced:  # as a cancel: the old task's run in flight here is only reported
-            self._stored.cancelled_here(row.task_id)
-        return added
+    # -- declarations and the record -----------------------------------------------
 
     def ensure(
         self,
@@ -353,38 +218,18 @@ class DurableScheduler(Scheduler):
         times are shown in by the command and the dashboard (``spec["zone"]``,
         :attr:`Entry.zone`); it changes nothing about when the task runs.
         """
-        row = self._row(task_id, when, action, args, kwargs, max_retries, retry, retry_on,
-                        misfire, priority, (overlap, deadline, jitter, end, max_runs))  # fmt: skip
+        admitted, plan, first = self._admit(
+            task_id, when, action, args, kwargs,
+            (max_retries, retry, retry_on, misfire, priority),
+            (overlap, deadline, jitter, end, max_runs),
+        )  # fmt: skip
+        row = self._stored.row(task_id, first, admitted, plan)
         for name, value in (("owner", owner), ("zone", zone)):
             if value is not None:
                 if not isinstance(value, str) or not value:
                     raise TypeError(f"{name} must be a non-empty str or None, got {value!r}")
                 row.spec[name] = value
-
-        def ensure(old: TaskRow | None) -> Change[bool]:
-            if old is None:
-                return Change(True, row=row, requeued=True)
-            if old.status in FINISHED:
-                if owner is None or (old.action == row.action and old.spec == row.spec):
-                    return Change(False)
-                row.fence = old.fence + 1  # declared anew: a new task under the same id
-                return Change(True, row=row, requeued=True)
-            same = old.action == row.action and old.priority == row.priority
-            if same and old.spec == row.spec:
-                return Change(False)
-            if old.spec["schedule"] == row.spec["schedule"]:
-                old.action, old.spec, old.priority = row.action, row.spec, row.priority
-                return Change(True, row=old)
-            task = restore(old, _never)
-            stored = row.state["cursor"]
-            schedule: Any = _codec.schedule_from(row.spec["schedule"])
-            cursor = None if stored is None else schedule.resume(stored[0])
-            task.engine.reschedule(task.task_id, cursor, slot_of(row))
-            new, requeued = dump(task, keep_lease=old.status in LEASED)
-            new.action, new.spec, new.priority = row.action, row.spec, row.priority
-            return Change(True, row=new, requeued=requeued)
-
-        return self._declare(row, ensure)
+        return self._stored.declare(row, owner)
 
     def remove(self, task_id: Hashable) -> bool:
         """Withdraw a task's declaration: it is cancelled as :meth:`cancel` does (a run
@@ -394,259 +239,7 @@ class DurableScheduler(Scheduler):
         longer declares. ``False`` if the task is unknown or finished. One
         transaction.
         """
-        if not isinstance(task_id, str):
-            return False
-
-        def withdraw(task: Held) -> bool:
-            task.row.spec = {**task.row.spec, "removed": True}  # replaced, never changed
-            return task.engine.cancel(task.task_id)
-
-        removed = self._apply(task_id, withdraw, None)
-        if removed:
-            self._stored.cancelled_here(task_id)
-            if self._table.listeners:
-                self._table.emit(Event(EventKind.TASK_REMOVED, task_id))
-        return removed
-
-    def _row(
-        self,
-        task_id: Hashable,
-        when: Schedule,
-        action: Any,
-        args: Any,
-        kwargs: Any,
-        max_retries: int,
-        retry: RetryPolicy | None,
-        retry_on: RetryOn | None,
-        misfire: Misfire | None,
-        priority: int,
-        control: tuple[Any, Any, Any, Any, Any] = (None, None, None, None, None),
-    ) -> TaskRow:
-        """Check everything a new task needs and build its row (nothing is stored);
-        ``control`` is ``(overlap, deadline, jitter, end, max_runs)``."""
-        if not isinstance(task_id, str):
-            raise TypeError(
-                f"task_id must be a str for a durable task, got {task_id!r} "
-                f"({type(task_id).__name__})"
-            )
-        name, function = self._reference(action)
-        _validate.count("max_retries", max_retries)
-        plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)  # validates
-        if isinstance(when, Once) and misfire is not None:
-            raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
-        overlap, deadline, jitter, end, max_runs = control
-        controls(plan, when, overlap, deadline, jitter, self._end(end), max_runs)
-        if plan.replace:
-            check_stoppable(function)
-        stored_args = None if args is None else _codec.json_value("args", args)
-        stored_kwargs = None if kwargs is None else _codec.json_value("kwargs", kwargs)
-        prepare(function, stored_args, stored_kwargs)  # the call shape, checked now
-        spec = {
-            "args": stored_args,
-            "kwargs": stored_kwargs,
-            "schedule": _codec.schedule_spec(when),
-            "max_retries": max_retries,
-            "retry": _codec.retry_spec(retry or self._engine._retry, self._engine._backoff),
-            "retry_on": _codec.retry_on_spec(retry_on),
-            "misfire": None if misfire is None else misfire.limit,
-        }
-        for key, value in (
-            ("overlap", overlap_spec(plan)), ("deadline", plan.deadline),
-            ("jitter", plan.jitter), ("end", plan.end), ("max_runs", plan.max_runs),
-        ):  # fmt: skip
-            if value is not None:  # stored only when set: rows without them stay as they were
-                spec[key] = value
-        cursor, first = self._first(when)
-        check_end(plan, first)
-        plan.cursor = cursor
-        return new_row(task_id, name, spec, plan, first)
-
-    def _declare(self, row: TaskRow, decide: Callable[[TaskRow | None], Change[bool]]) -> bool:
-        """Store a new task's ``row`` as ``decide`` says (one transaction); announce it."""
-        decided = self._store.modify(row.task_id, decide)
-        assert decided is not None
-        if decided.value:
-            self._added(row)
-        return decided.value
-
-    def _added(self, row: TaskRow) -> None:
-        if self._table.wakeups:
-            self._table.wake(row.due)
-        if self._table.listeners:
-            self._table.emit(Event(EventKind.TASK_ADDED, row.task_id, row.due))
-
-    # -- changes -----------------------------------------------------------
-
-    def _apply(
-        self, task_id: Hashable, operation: Callable[[Held], bool], event: EventKind | None
-    ) -> bool:
-        """Apply an engine operation to a stored, unfinished task, in one transaction."""
-        if not isinstance(task_id, str):
-            return False
-
-        def change(row: TaskRow | None) -> Change[bool]:
-            if row is None or row.status in FINISHED:
-                return Change(False)
-            task = restore(row, never)
-            if not operation(task):
-                return Change(False)
-            new, requeued = dump(task, keep_lease=row.status in LEASED)
-            return Change(True, row=new, requeued=requeued)
-
-        decided = self._store.modify(task_id, change)
-        changed = decided is not None and decided.value
-        if changed:
-            assert decided is not None
-            assert decided.row is not None
-            self._stored.changed(task_id, decided.row)
-            if event is not None and self._table.listeners:
-                self._table.emit(Event(event, task_id))
-        return changed
-
-    def cancel(self, task_id: Hashable) -> bool:
-        """As :meth:`rota.Scheduler.cancel`, in the store: every process sees it.
-
-        A run in flight anywhere goes on (cooperative); its completion is
-        recorded and changes nothing. One transaction.
-        """
-        cancelled = self._apply(task_id, lambda t: t.engine.cancel(t.task_id), None)
-        if cancelled:
-            self._stored.cancelled_here(task_id)
-            if self._table.listeners:
-                self._table.emit(Event(EventKind.TASK_REMOVED, task_id))
-        return cancelled
-
-    def pause(self, task_id: Hashable) -> bool:
-        """As :meth:`rota.Scheduler.pause`, in the store. One transaction."""
-        return self._apply(task_id, lambda t: t.engine.pause(t.task_id), EventKind.TASK_PAUSED)
-
-    def resume(self, task_id: Hashable) -> bool:
-        """As :meth:`rota.Scheduler.resume`, in the store. One transaction."""
-        return self._apply(task_id, lambda t: t.engine.resume(t.task_id), EventKind.TASK_RESUMED)
-
-    def reschedule(self, task_id: Hashable, when: Schedule) -> bool:
-        """As :meth:`rota.Scheduler.reschedule`, in the store. One transaction."""
-        spec = _codec.schedule_spec(when)
-        cursor, first = self._first(when)
-
-        def operation(task: Held) -> bool:
-            task.row.spec = {**task.row.spec, "schedule": spec}  # replaced, never changed
-            return task.engine.reschedule(task.task_id, cursor, first, when)
-
-        return self._apply(task_id, operation, None)
-
-    def update(self, task_id: Hashable, **options: Any) -> bool:
-        """As :meth:`rota.Scheduler.update`, in the store: every node sees it. A run
-        in flight on any node finishes as it began; the changes, stored beside it,
-        apply when its completion is committed. ``args``/``kwargs`` must be JSON and
-        fit the action (checked against it where this process knows it). One
-        transaction. Raises, besides what ``Scheduler.update`` raises, what
-        :meth:`schedule` raises for options a store cannot keep."""
-        found = changes(options)
-        fragment = spec_of(found)
-        if "retry" in found:  # None: the scheduler's default, stored as what it is
-            fragment["retry"] = _codec.retry_spec(
-                found["retry"] or self._engine._retry,  # type: ignore[arg-type]
-                self._engine._backoff,
-            )
-            found["retry"] = _codec.retry_from(fragment["retry"])
-        call: dict[str, Any] = {k: options[k] for k in ("args", "kwargs") if k in options}
-        for key, value in call.items():
-            call[key] = None if value is None else _codec.json_value(key, value)
-
-        def operation(task: Held) -> bool:
-            spec = task.row.spec
-            function = self._actions.function(task.row.action) if found.get("replace") else None
-            if function is not None:  # (an action this process does not know: not checked)
-                check_stoppable(function)
-            if call:
-                new: dict[str, Any] = {**spec, **call}
-                function = self._actions.function(task.row.action)
-                if function is not None:
-                    prepare(function, new["args"], new["kwargs"])  # the call shape
-                spec = new
-            assert task.plan is not None
-            # Stored at once unless a run in flight is to finish as it began (a concurrent
-            # task's changes apply at once: its runs are rebuilt from the spec)
-            if task.status not in LEASED or task.plan.concurrent:
-                spec = {**spec, **{k: v for k, v in fragment.items() if k != "priority"}}
-            task.row.spec = spec  # replaced, never changed in place
-            return task.engine.update(task.task_id, found)
-
-        return self._apply(task_id, operation, None)
-
-    def backfill(
-        self,
-        task_id: Hashable,
-        start: Time | datetime,
-        end: Time | datetime,
-        *,
-        overlap: Overlap | None = None,
-    ) -> int:
-        """As :meth:`rota.Scheduler.backfill`, in the store: the slots are queued on
-        the task's row, so any node runs them and a node killed mid-backfill leaves
-        the rest to the others (each once: fenced as every run). A slot that already
-        has a recorded outcome (:meth:`history`) is not run again. One read and one
-        transaction."""
-        low, high = window(self._end(start), self._end(end))
-        idle_only = backfill_overlap(overlap)
-        if not isinstance(task_id, str):
-            return 0
-        done = self._store.recorded(task_id, low, high)
-        queued = 0
-
-        def operation(task: Held) -> bool:
-            nonlocal queued
-            assert task.plan is not None
-            slots = [slot for slot in slots_in(task.plan, low, high) if slot not in done]
-            queued = task.engine.backfill(task.task_id, slots, idle_only=idle_only)
-            return queued > 0
-
-        self._apply(task_id, operation, None)
-        return queued
-
-    def trigger(self, task_id: Hashable) -> bool:
-        """As :meth:`rota.Scheduler.trigger`, in the store (now is the store's
-        time). One transaction."""
-        now = self._stored.store_time(_validate.time_from("the clock", self._clock()))
-        return self._apply(task_id, lambda t: t.engine.trigger(t.task_id, now), None)
-
-    # -- queries -----------------------------------------------------------
-
-    def status(self, task_id: Hashable) -> Status | None:
-        """As :meth:`rota.Scheduler.status`; finished tasks stay until pruned. One read."""
-        row = self._store.get(task_id) if isinstance(task_id, str) else None
-        return None if row is None else self._stored.status_of(row)
-
-    def is_paused(self, task_id: Hashable) -> bool:
-        """As :meth:`rota.Scheduler.is_paused`. One read."""
-        row = self._store.get(task_id) if isinstance(task_id, str) else None
-        return row is not None and row.paused and row.status not in FINISHED
-
-    def info(self, task_id: Hashable) -> TaskInfo | None:
-        """As :meth:`rota.Scheduler.info` (``last_outcome`` from the stored history).
-
-        The outcome's ``error`` is a :class:`StoredError` with the stored text.
-        Two reads.
-        """
-        row = self._store.get(task_id) if isinstance(task_id, str) else None
-        if row is None:
-            return None
-        last = self._store.outcomes(row.task_id, 1) if row.status not in FINISHED else None
-        return self._info(row, last[0] if last else None)
-
-    def tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskInfo]:
-        """As :meth:`rota.Scheduler.tasks`: the unfinished stored tasks, by id.
-
-        Paged for large stores: up to ``limit`` tasks (all: ``None``) whose ids
-        come after ``after`` (pass the last id of a page to get the next). One
-        query, linear in the rows returned (finished rows passed over included).
-        A row this process cannot read (corrupt JSON, a schedule kind a newer
-        rota wrote) is listed with ``schedule`` ``None`` (and ``attempt`` 0 if
-        its state is unreadable): one bad row hides no other. Raises
-        ``ValueError`` for a ``limit`` below 1.
-        """
-        return [entry.info for entry in self.listing(after=after, limit=limit, unfinished=True)]
+        return self._stored.withdraw(task_id, remove=True)
 
     def listing(
         self, *, after: str | None = None, limit: int | None = None, unfinished: bool = False
@@ -664,26 +257,19 @@ class DurableScheduler(Scheduler):
             raise ValueError(f"limit must be >= 1 or None, got {limit!r}")
         if after is not None and not isinstance(after, str):
             raise TypeError(f"after must be a task id (str) or None, got {after!r}")
-        entries: list[Entry] = []
-        while True:
-            page = self._store.page(after, limit, unfinished=unfinished)
-            entries += [
-                Entry(
-                    self._info(row, last),
-                    last,
-                    row.unreadable,
-                    zone_of(row),
-                    row.owner,
-                    row.lease_until,
-                    row.expiries,
-                    row.due,
-                )
-                for row, last in page
-                if not removed(row)
-            ]
-            if limit is None or len(page) < limit or len(entries) >= limit:
-                return entries[:limit]
-            after = page[-1][0].task_id
+        return [
+            Entry(
+                self._stored.info_of(row, last),
+                last,
+                row.unreadable,
+                zone_of(row),
+                row.owner,
+                row.lease_until,
+                row.expiries,
+                row.due,
+            )
+            for row, last in self._stored.page(after, limit, unfinished)
+        ]
 
     def history(self, task_id: str, limit: int = 20) -> list[OutcomeRow]:
         """The task's latest ``limit`` recorded runs, newest first. One read."""
@@ -714,47 +300,6 @@ class DurableScheduler(Scheduler):
             total += gone
             if gone == 0:
                 return total
-
-    def next_run_time(self, task_id: Hashable = _UNSET) -> Time | None:
-        """As :meth:`rota.Scheduler.next_run_time`, over the store.
-
-        Without ``task_id`` it also counts when another node's lease expires
-        (its run may then be taken over). One indexed read.
-        """
-        if task_id is _UNSET:
-            return self._store.next_due(self._node, self._actions.known())
-        info = self.info(task_id)
-        return None if info is None else info.next_run_time
-
-    def _info(self, row: TaskRow, o: OutcomeRow | None) -> TaskInfo:
-        """What ``info`` shows of a stored task, ``o`` its latest outcome: built by the
-        one rule the in-memory scheduler uses (:func:`rota._engine.task_info`). O(1)."""
-        status = self._stored.status_of(row)
-        outcome = None
-        if o is not None and status not in FINISHED:
-            error = None if o.error is None else StoredError(o.error)
-            started = o.finished if o.started is None else o.started
-            outcome = RunOutcome(
-                row.task_id, o.at, result_of(o.result), error, o.attempt, started, o.skipped,
-                value_from(o.value), o.skips() if o.skipped_by else NO_SKIPS,
-            )  # fmt: skip
-        try:
-            schedule = None if row.unreadable else _codec.schedule_from(row.spec["schedule"])
-        except StoreError:  # a kind a newer rota wrote (see _refuse)
-            schedule = None
-        due = row.state.get("next", row.due)  # a concurrent task's next slot, not a retry
-        return task_info(
-            row.task_id, status, row.paused, due, schedule, row.state.get("attempt", 0),
-            row.due if row.unreadable else slot_of(row), outcome,
-        )  # fmt: skip
-
-    # -- binding a schedule ---------------------------------------------------
-
-    def _first(self, when: Schedule, now: Time | None = None) -> tuple[Any, Time]:
-        """As the in-memory scheduler binds a schedule, on the store's clock."""
-        if now is None:
-            now = self._stored.store_time(_validate.time_from("the clock", self._clock()))
-        return super()._first(when, now)
 
 
 class Entry(NamedTuple):
@@ -788,19 +333,3 @@ def zone_of(row: TaskRow) -> str | None:
         if isinstance(schedule, dict) and schedule.get("kind") == "cron":
             zone = schedule.get("tz")
     return zone if isinstance(zone, str) else None
-
-
-def removed(row: TaskRow) -> bool:
-    """Whether a task was withdrawn by :meth:`DurableScheduler.remove` (a job its file
-    no longer declares) and not declared again since. O(1)."""
-    spec = row.spec
-    return row.status == Status.CANCELLED and isinstance(spec, dict) and bool(spec.get("removed"))
-
-
-class StoredError(Exception):
-    """A run's error as read back from a store: its text (the exception itself stayed
-    in the process that ran it)."""
-
-
-def _never(at: Time) -> None:
-    raise RuntimeError("rota: a task restored only to be changed was run")

@@ -21,7 +21,8 @@ from typing import Any
 from rota import _validate
 from rota._calls import Bound, prepare
 from rota._engine import Engine, Run, Task, raiser, run_at, run_slot
-from rota._tasks import Tasks, fatal
+from rota._policy import RetryPolicy
+from rota._tasks import fatal
 from rota._types import (
     CLAIMED,
     FINISHED,
@@ -37,6 +38,7 @@ from rota._types import (
 from rota.store import Change, Edit, Store, TaskRow
 
 from ._actions import Actions
+from ._changes import StoredChanges
 from ._commit import Committed, Completion, GroupCommit
 from ._rows import Held, dump, never, new_tuple, outcome_row, restore, state_of
 
@@ -63,7 +65,7 @@ class LeaseExpired(Exception):  # noqa: N818 - it names the event, as TimeoutErr
     """
 
 
-class StoredTasks(Tasks):
+class StoredTasks(StoredChanges):
     """The tasks of a durable scheduler, kept in ``store``: the :class:`rota.Tasks` a
     runner drives, one store transaction per claim and per (group of) completions.
 
@@ -83,10 +85,8 @@ class StoredTasks(Tasks):
     leases = True
 
     __slots__ = (
-        "_actions",
         "_batch",
         "_buffer",
-        "_clock",
         "_commits",
         "_engines",
         "_failure",
@@ -98,14 +98,11 @@ class StoredTasks(Tasks):
         "_keeper_stop",
         "_lease",
         "_max_expiries",
-        "_node",
         "_outage",
         "_pace",
         "_pace_from",
         "_poll",
         "_stalled_error",
-        "_store",
-        "_timed",
         "_unwritten",
         "_users",
     )
@@ -117,6 +114,8 @@ class StoredTasks(Tasks):
         clock: Callable[[], Time],
         actions: Actions,
         *,
+        retry: RetryPolicy | None,
+        backoff: Time,
         node: str,
         lease: Time,
         poll: Time,
@@ -124,10 +123,7 @@ class StoredTasks(Tasks):
         max_expiries: int,
         group_commit: bool,
     ) -> None:
-        super().__init__(lock)
-        self._store = store
-        self._actions = actions
-        self._node = node
+        super().__init__(store, lock, clock, actions, retry, backoff, node)
         self._lease = lease
         self._poll = poll
         self._batch = batch
@@ -154,16 +150,6 @@ class StoredTasks(Tasks):
         self._failure: tuple[str, float] | None = None  # the last store error logged, when
         self._pace = 1  # runs a runner without a pool claims next (see _paced)
         self._pace_from: tuple[Time, int, int] | None = None
-        store.open()
-        # Whether time is the store's (a database server's): runners wait on it too, and
-        # claims and completions read it (asked once: the hot paths make no call for it)
-        self._timed = store.now() is not None
-        self._clock = self.store_clock if self._timed else clock
-
-    @property
-    def clock(self) -> Callable[[], Time]:
-        """The clock claims are decided by: the store's, if it keeps time. O(1)."""
-        return self._clock
 
     def check(self) -> None:
         """Assert the invariants written in the class's docstring. O(runs held here)."""
@@ -237,22 +223,6 @@ class StoredTasks(Tasks):
             outcomes.append(self.complete(task, error, now, now))
             if error is not None and fatal(error):
                 raise error
-
-    def store_clock(self) -> Time:
-        """The clock of a scheduler whose store keeps time (a database server): the
-        store's, so that runners sleep and wake by the time claims are decided by,
-        whatever this host's wall clock does."""
-        own = self._store.now()
-        if own is None:
-            raise RuntimeError(f"{self._store!r} stopped keeping time")
-        return own
-
-    def store_time(self, now: Time) -> Time:
-        """``now`` on the store's clock: the store's own time if it keeps one."""
-        if not self._timed:
-            return now
-        own = self._store.now()
-        return now if own is None else own
 
     def claim(
         self, now: Time, *, queued: bool = False, room: int | None = None

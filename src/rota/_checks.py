@@ -1,0 +1,289 @@
+"""Every check of a task's arguments, with its message and exception type: one
+module, used by :class:`~rota.Scheduler` whatever table it keeps its tasks in
+(:class:`~rota.Tasks`), so that memory and every store refuse the same input the
+same way. Also the one rule of which slots a backfill queues."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import _validate
+from ._calls import Bound
+from ._policy import Cursor, Plan, RetryOn, RetryPolicy
+from ._types import Time
+from .misfire import Misfire
+from .overlap import Overlap
+from .schedules import FixedDelay, FixedRate, Once
+
+UPDATABLE = (
+    "max_retries", "retry", "retry_on", "misfire", "overlap", "deadline", "jitter",
+    "priority", "args", "kwargs",
+)  # fmt: skip
+"""The options :meth:`Scheduler.update` changes in place."""
+
+
+def check_retry(retry: object) -> None:
+    """``TypeError`` unless ``retry`` is ``None`` or a retry policy."""
+    if retry is not None and not callable(getattr(retry, "delay", None)):
+        raise TypeError(f"retry must be a retry policy (with a delay method), got {retry!r}")
+
+
+def task_plan(
+    when: object,
+    max_retries: int,
+    retry: RetryPolicy | None,
+    retry_on: RetryOn | None,
+    misfire: Misfire | None,
+    priority: int,
+    control: tuple[Any, Any, Any, Any, Any],
+) -> Plan:
+    """Check every policy and control of a new task and build its plan: the one
+    sequence of checks ``schedule`` and ``ensure`` make, in every table, so each
+    refuses the same input with the same exception and message. ``control`` is
+    ``(overlap, deadline, jitter, end, max_runs)``. Types are checked before
+    whether an option applies to ``when`` (``misfire=42`` with ``Once`` is a
+    ``TypeError``, as it is with a recurring schedule). O(1)."""
+    _validate.count("max_retries", max_retries)
+    plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)
+    if isinstance(when, Once) and misfire is not None:
+        raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
+    controls(plan, when, *control)
+    plan.schedule = when
+    return plan
+
+
+def make_plan(
+    cursor: Cursor | None,
+    max_retries: int,
+    retry: RetryPolicy | None,
+    misfire: Misfire | None,
+    priority: int,
+    retry_on: RetryOn | None = None,
+) -> Plan:
+    """Validate the policy arguments and build a task's plan."""
+    check_retry(retry)
+    if misfire is not None and not isinstance(misfire, Misfire):
+        raise TypeError(f"misfire must be a rota.misfire.Misfire, got {misfire!r}")
+    check_priority(priority)
+    retry_on = _check_retry_on(retry_on)
+    limit = None if misfire is None else misfire.limit
+    plan = Plan(cursor, max_retries, retry, limit, priority)
+    plan.retry_on = retry_on
+    return plan
+
+
+def controls(
+    plan: Plan,
+    when: object,
+    overlap: Overlap | None,
+    deadline: Time | timedelta | None,
+    jitter: Time | timedelta | None,
+    end: Time | datetime | None,
+    max_runs: int | None,
+) -> None:
+    """Validate the scheduling controls and set them on ``plan`` (docs/policies.md).
+
+    Raises ``TypeError`` for an ``overlap`` that is not an :class:`~rota.Overlap`,
+    a non-number ``deadline``/``jitter``/``end`` or a non-int ``max_runs``;
+    ``ValueError`` for a negative or non-finite delay, a naive ``end`` datetime, a
+    ``max_runs`` below 1, and ``overlap``/``end``/``max_runs`` given with ``Once``.
+    """
+    if overlap is not None and not isinstance(overlap, Overlap):
+        raise TypeError(
+            f"overlap must be a rota.Overlap (Overlap.BUFFER, Overlap.SKIP), got {overlap!r}"
+        )
+    plan.overlap_skip = overlap == Overlap.SKIP
+    plan.concurrent = overlap is not None and overlap.concurrent
+    plan.limit = 1 if overlap is None else overlap.limit
+    plan.replace = overlap == Overlap.REPLACE
+    plan.deadline = None if deadline is None else _validate.delay("deadline", deadline)
+    plan.jitter = (None if jitter is None else _validate.delay("jitter", jitter)) or None
+    plan.end = _validate.optional_time("end", end)
+    if max_runs is not None and _validate.count("max_runs", max_runs) < 1:
+        raise ValueError(f"max_runs must be >= 1, got {max_runs!r}")
+    plan.max_runs = max_runs
+    if isinstance(when, Once):
+        for name, value in (("overlap", overlap), ("end", end), ("max_runs", max_runs)):
+            if value is not None:
+                raise ValueError(f"{name} applies to recurring schedules, not {when!r}")
+    if plan.concurrent and isinstance(when, FixedDelay):
+        raise ValueError(
+            f"overlap={overlap!r} needs slots that do not wait for a run to end, not "
+            f"{when!r} (each of its runs starts a delay after the previous one finished)"
+        )
+    plan.extra = plan.uses_controls()
+
+
+def changes(options: Mapping[str, Any]) -> dict[str, object]:
+    """The plan attributes :meth:`Scheduler.update` sets for ``options`` (all but
+    ``args``/``kwargs``, which rebind the action), validated as ``schedule`` validates
+    them. Raises ``TypeError`` for an unknown option and what ``schedule`` raises."""
+    unknown = options.keys() - set(UPDATABLE)
+    if unknown:
+        raise TypeError(
+            f"update() got unexpected keyword arguments {sorted(unknown)}; it changes "
+            f"{', '.join(UPDATABLE)}"
+        )
+    probe = Plan()
+    found: dict[str, object] = {}
+    if "max_retries" in options:
+        found["max_retries"] = _validate.count("max_retries", options["max_retries"])
+    if "retry" in options:
+        check_retry(options["retry"])
+        found["retry"] = options["retry"]
+    if "retry_on" in options:
+        found["retry_on"] = _check_retry_on(options["retry_on"])
+    if "misfire" in options:
+        misfire = options["misfire"]
+        if misfire is not None and not isinstance(misfire, Misfire):
+            raise TypeError(f"misfire must be a rota.misfire.Misfire, got {misfire!r}")
+        found["misfire"] = None if misfire is None else misfire.limit
+    if "priority" in options:
+        check_priority(options["priority"])
+        found["priority"] = options["priority"]
+    picked = {k: options.get(k) for k in ("overlap", "deadline", "jitter")}
+    controls(probe, None, picked["overlap"], picked["deadline"], picked["jitter"], None, None)
+    for name, attribute in (("overlap", "overlap_skip"), ("deadline", "deadline"),
+                            ("jitter", "jitter")):  # fmt: skip
+        if name in options:
+            found[attribute] = getattr(probe, attribute)
+    if "overlap" in options:  # the whole policy: one of them, or several runs at once
+        found.update({name: getattr(probe, name) for name in OVERLAP_ATTRIBUTES})
+    return found
+
+
+OVERLAP_ATTRIBUTES = ("concurrent", "limit", "replace")
+"""The plan attributes an overlap policy sets besides ``overlap_skip``."""
+
+
+def stoppable_action(action: object) -> object:
+    """The user's callable inside a task's stored action (a :class:`Bound` wraps it
+    with its arguments), for :func:`check_stoppable`."""
+    return action.action if isinstance(action, Bound) else action
+
+
+BACKFILL_MAX = 100_000
+"""The most slots one :meth:`Scheduler.backfill` queues (a larger window: in parts)."""
+
+
+def window(start: object, end: object) -> tuple[Time, Time]:
+    """A backfill's ``[start, end)`` as times; ``TypeError``/``ValueError`` otherwise."""
+    low, high = _validate.finite("start", start), _validate.finite("end", end)
+    if high < low:
+        raise ValueError(f"end must not be before start, got start={low!r}, end={high!r}")
+    return low, high
+
+
+def backfill_overlap(overlap: object) -> bool:
+    """Whether a backfill's ``overlap`` queues nothing while a run is in flight.
+    ``TypeError`` for a non-Overlap, ``ValueError`` for ``allow(n)``/``REPLACE``."""
+    if overlap is not None and not isinstance(overlap, Overlap):
+        raise TypeError(
+            f"overlap must be a rota.Overlap (Overlap.BUFFER, Overlap.SKIP), got {overlap!r}"
+        )
+    if overlap is not None and overlap.concurrent:
+        raise ValueError(
+            f"a backfill's own overlap is Overlap.BUFFER or Overlap.SKIP, not {overlap!r}: "
+            "its slots run as the task's runs do, so give the task overlap=Overlap.allow(n) "
+            "(update(task_id, overlap=...)) to run them several at once"
+        )
+    return overlap == Overlap.SKIP
+
+
+def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
+    """The slots of a task's schedule in ``[start, end)`` that its live schedule has
+    passed (before its current slot, and not waiting in its backlog), ascending.
+
+    ``FixedRate``: ``first + k * period`` on the task's own grid (its cursor's
+    ``first``), for every integer k; a schedule with ``next_after(t)`` (``Cron``):
+    its instants. Raises ``ValueError`` for any other schedule (no slots to
+    name: ``Once``, ``FixedDelay``) and for more than :data:`BACKFILL_MAX` slots.
+    O(slots).
+    """
+    when = plan.schedule
+    slots: list[Time] = []
+    if isinstance(when, FixedRate):
+        first = getattr(plan.cursor, "first", when.start_at)
+        if first is None:
+            raise ValueError(f"the task's schedule {when!r} has ended: it has no slots left")
+        period = when.period
+        k = math.ceil((start - first) / period)
+        while first + (k - 1) * period >= start:  # float division may round either way
+            k -= 1
+        while first + k * period < start:
+            k += 1
+        while (at := first + k * period) < end:
+            slots.append(at)
+            k += 1
+            if len(slots) > BACKFILL_MAX:
+                break
+    elif callable(getattr(when, "next_after", None)):
+        at = when.next_after(start - 1)  # type: ignore[attr-defined]
+        while at < end:
+            if at >= start:
+                slots.append(at)
+                if len(slots) > BACKFILL_MAX:
+                    break
+            at = when.next_after(at)  # type: ignore[attr-defined]
+    else:
+        raise ValueError(
+            f"backfill needs a schedule of slots (FixedRate, Cron, or one with "
+            f"next_after(t)), not {when!r}"
+        )
+    if len(slots) > BACKFILL_MAX:
+        raise ValueError(
+            f"[{start!r}, {end!r}) holds more than {BACKFILL_MAX} slots of {when!r}: "
+            "backfill it in parts"
+        )
+    # The live schedule runs its current slot and every later one itself.
+    live = set(plan.backlog or ())
+    return [slot for slot in slots if slot < plan.slot and slot not in live]
+
+
+def check_stoppable(action: object) -> None:
+    """``ValueError`` unless ``action`` can be stopped in the middle of a run, as
+    ``Overlap.REPLACE`` needs: an ``async def`` function (its coroutine is cancelled,
+    under :class:`~rota.AsyncRunner`), or one marked ``stoppable`` by what stops it
+    on ``RUN_REPLACED`` (``rota run``'s commands: their process group). A thread
+    cannot be stopped safely."""
+    call = getattr(action, "__call__", None)  # noqa: B004 - an async __call__ counts too
+    if getattr(action, "stoppable", False) is True:
+        return
+    if not (inspect.iscoroutinefunction(action) or inspect.iscoroutinefunction(call)):
+        raise ValueError(
+            f"overlap=Overlap.REPLACE stops the run in flight, and {action!r} cannot be "
+            "stopped: give an async def action (run under AsyncRunner: its coroutine is "
+            "cancelled), or use Overlap.SKIP / Overlap.BUFFER"
+        )
+
+
+def check_end(plan: Plan, first: Time) -> None:
+    """``ValueError`` for an ``end`` before the task's first run: it would never run."""
+    if plan.end is not None and first > plan.end:
+        raise ValueError(f"end={plan.end!r} is before the task's first run, at {first!r}")
+
+
+def _check_retry_on(retry_on: object) -> RetryOn | None:
+    """``None``, an exception type, a tuple of them, or a predicate ``(error) -> bool``."""
+    if retry_on is None or (isinstance(retry_on, type) and issubclass(retry_on, BaseException)):
+        return retry_on
+    if isinstance(retry_on, tuple) and all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in retry_on
+    ):
+        return retry_on
+    if callable(retry_on):
+        return retry_on
+    raise TypeError(
+        "retry_on must be an exception type, a tuple of them, or a function "
+        f"(error) -> bool, got {retry_on!r}"
+    )
+
+
+def check_priority(priority: object) -> None:
+    """``TypeError`` unless ``priority`` is an int (a bool is not)."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"priority must be an int, got {priority!r} ({type(priority).__name__})")

@@ -1,0 +1,449 @@
+"""The API half of a store's table: what :class:`~rota.Scheduler`'s methods ask of
+tasks kept in a store (add, declare, change, read), each one store transaction.
+
+Every change restores the task's row into an engine, applies the engine's own
+operation (the rule is the engine's, once) and dumps the row again; reads turn a
+row into what ``info`` shows by the engine's one rule (:func:`rota._engine.task_info`).
+:class:`~rota.durable.StoredTasks` adds the runner half to this.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import abstractmethod
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple
+
+from rota import _validate
+from rota._calls import prepare
+from rota._checks import check_stoppable, slots_in
+from rota._engine import task_info
+from rota._events import Event, EventKind
+from rota._policy import Cursor, Plan, RetryPolicy, Schedule
+from rota._tasks import Tasks
+from rota._types import FINISHED, LEASED, NO_SKIPS, RunOutcome, Status, TaskInfo, Time, result_of
+from rota.store import Change, OutcomeRow, Store, StoreError, TaskRow
+
+from . import _codec
+from ._actions import Actions
+from ._rows import Held, dump, never, new_row, overlap_spec, restore, slot_of, spec_of, value_from
+
+
+class Stored(NamedTuple):
+    """An action as a store keeps it: its name (registered, or an import path), and
+    the task's spec (its arguments as JSON, its schedule and policies as data)."""
+
+    name: str
+    spec: dict[str, Any]
+
+
+class StoredError(Exception):
+    """A run's error as read back from a store: its text (the exception itself stayed
+    in the process that ran it)."""
+
+
+class StoredChanges(Tasks):
+    """Tasks in ``store``, as the scheduling API adds, changes and reads them.
+
+    ``clock`` reads epoch seconds (the store's own time is used instead where the
+    store keeps one); ``actions`` names the actions this node knows; ``retry`` and
+    ``backoff`` are the scheduler's default retry policy, stored with each task that
+    brings none; ``node`` names this process in leases. Opens the store; raises what
+    ``store.open()`` raises.
+
+    Invariant: a row is only ever replaced whole by one transaction that read it
+    (``store.modify``); specs are replaced, never changed in place (their JSON and
+    decoded policies are shared).
+    """
+
+    __slots__ = ("_actions", "_backoff", "_clock", "_node", "_retry", "_store", "_timed")
+
+    def __init__(
+        self,
+        store: Store,
+        lock: threading.RLock,
+        clock: Callable[[], Time],
+        actions: Actions,
+        retry: RetryPolicy | None,
+        backoff: Time,
+        node: str,
+    ) -> None:
+        super().__init__(lock)
+        self._node = node
+        self._store = store
+        self._actions = actions
+        self._retry = retry
+        self._backoff = backoff
+        store.open()
+        # Whether time is the store's (a database server's): runners wait on it too, and
+        # claims and completions read it (asked once: the hot paths make no call for it)
+        self._timed = store.now() is not None
+        self._clock = self.store_clock if self._timed else clock
+
+    # -- what the runner half knows --------------------------------------------
+
+    @abstractmethod
+    def changed(self, task_id: str, row: TaskRow) -> None:
+        """A change wrote ``row``: tell the runs held here and the runners."""
+
+    @abstractmethod
+    def cancelled_here(self, task_id: Hashable) -> None:
+        """The task was cancelled: its run held here only reports."""
+
+    @abstractmethod
+    def status_of(self, row: TaskRow) -> Status:
+        """A stored task's status as this process sees it."""
+
+    # -- time ------------------------------------------------------------------
+
+    @property
+    def clock(self) -> Callable[[], Time]:
+        """The clock claims are decided by: the store's, if it keeps time. O(1)."""
+        return self._clock
+
+    def store_clock(self) -> Time:
+        """The clock of a scheduler whose store keeps time (a database server): the
+        store's, so that runners sleep and wake by the time claims are decided by,
+        whatever this host's wall clock does."""
+        own = self._store.now()
+        if own is None:
+            raise RuntimeError(f"{self._store!r} stopped keeping time")
+        return own
+
+    def store_time(self, now: Time) -> Time:
+        """``now`` on the store's clock: the store's own time if it keeps one."""
+        if not self._timed:
+            return now
+        own = self._store.now()
+        return now if own is None else own
+
+    def now(self) -> Time:
+        """The clock's reading on the store's clock. One read of the store's time
+        where it keeps one."""
+        return self.store_time(_validate.time_from("the clock", self._clock()))
+
+    # -- adding ----------------------------------------------------------------
+
+    def admit(
+        self, task_id: Hashable, action: Any, args: Any, kwargs: Any, plan: Plan | None
+    ) -> Stored:
+        """A str id; an action a store can name (a registered name, an import path, a
+        module-level function); JSON arguments the action can be called with; the
+        built-in schedules and retry policies (stored as data). Raises ``TypeError``
+        naming what it refuses (a lambda, a nested function: the message says what to
+        do). Nothing is stored."""
+        if not isinstance(task_id, str):
+            raise TypeError(
+                f"task_id must be a str for a durable task, got {task_id!r} "
+                f"({type(task_id).__name__})"
+            )
+        name, function = self._actions.reference(action)
+        if plan is not None and plan.replace:
+            check_stoppable(function)
+        stored_args = None if args is None else _codec.json_value("args", args)
+        stored_kwargs = None if kwargs is None else _codec.json_value("kwargs", kwargs)
+        prepare(function, stored_args, stored_kwargs)  # the call shape, checked now
+        assert plan is not None
+        spec = {
+            "args": stored_args,
+            "kwargs": stored_kwargs,
+            "schedule": _codec.schedule_spec(plan.schedule),
+            "max_retries": plan.max_retries,
+            "retry": _codec.retry_spec(plan.retry or self._retry, self._backoff),
+            "retry_on": _codec.retry_on_spec(plan.retry_on),
+            "misfire": plan.misfire,
+        }
+        for key, value in (
+            ("overlap", overlap_spec(plan)), ("deadline", plan.deadline),
+            ("jitter", plan.jitter), ("end", plan.end), ("max_runs", plan.max_runs),
+        ):  # fmt: skip
+            if value is not None:  # stored only when set: rows without them stay as they were
+                spec[key] = value
+        return Stored(name, spec)
+
+    def row(self, task_id: str, first: Time, action: Stored, plan: Plan) -> TaskRow:
+        """The row of a new task, ``action`` as :meth:`admit` gave it (nothing is
+        stored). O(1)."""
+        return new_row(task_id, action.name, action.spec, plan, first)
+
+    def add(
+        self,
+        task_id: Hashable,
+        when: Schedule | None,
+        first: Time,
+        action: Any,
+        plan: Plan | None,
+        replace: bool | None,
+    ) -> bool:
+        """Store the task, in one transaction (``replace`` ``None``: :meth:`declare`)."""
+        assert isinstance(task_id, str)
+        assert when is not None
+        assert plan is not None
+        if replace is None:
+            return self.declare(self.row(task_id, first, action, plan))
+        row = self.row(task_id, first, action, plan)
+        replaced = False
+
+        def add(old: TaskRow | None) -> Change[bool]:
+            nonlocal replaced
+            if old is not None and old.status not in FINISHED and not replace:
+                return Change(False)
+            if old is not None:
+                row.fence = old.fence + 1  # the old task's run in flight is now stale
+                replaced = old.status not in FINISHED
+            return Change(True, row=row, requeued=True)
+
+        added = self._store_new(row, add)
+        if replaced:  # as a cancel: the old task's run in flight here is only reported
+            self.cancelled_here(row.task_id)
+        return added
+
+    def declare(self, row: TaskRow, owner: str | None = None) -> bool:
+        """Make sure the task of ``row`` exists as declared, in one transaction: what
+        :meth:`rota.durable.DurableScheduler.ensure` documents (``owner``: who declares
+        it; a finished task of an owner comes back when its declaration changed)."""
+
+        def ensure(old: TaskRow | None) -> Change[bool]:
+            if old is None:
+                return Change(True, row=row, requeued=True)
+            if old.status in FINISHED:
+                if owner is None or (old.action == row.action and old.spec == row.spec):
+                    return Change(False)
+                row.fence = old.fence + 1  # declared anew: a new task under the same id
+                return Change(True, row=row, requeued=True)
+            same = old.action == row.action and old.priority == row.priority
+            if same and old.spec == row.spec:
+                return Change(False)
+            if old.spec["schedule"] == row.spec["schedule"]:
+                old.action, old.spec, old.priority = row.action, row.spec, row.priority
+                return Change(True, row=old)
+            task = restore(old, never)
+            stored = row.state["cursor"]
+            schedule: Any = _codec.schedule_from(row.spec["schedule"])
+            cursor = None if stored is None else schedule.resume(stored[0])
+            task.engine.reschedule(task.task_id, cursor, slot_of(row))
+            new, requeued = dump(task, keep_lease=old.status in LEASED)
+            new.action, new.spec, new.priority = row.action, row.spec, row.priority
+            return Change(True, row=new, requeued=requeued)
+
+        return self._store_new(row, ensure)
+
+    def _store_new(self, row: TaskRow, decide: Callable[[TaskRow | None], Change[bool]]) -> bool:
+        """Store a new task's ``row`` as ``decide`` says (one transaction); announce it."""
+        decided = self._store.modify(row.task_id, decide)
+        assert decided is not None
+        if decided.value:
+            if self.wakeups:
+                self.wake(row.due)
+            if self.listeners:
+                self.emit(Event(EventKind.TASK_ADDED, row.task_id, row.due))
+        return decided.value
+
+    # -- changes ---------------------------------------------------------------
+
+    def apply(
+        self, task_id: Hashable, operation: Callable[[Held], bool], event: EventKind | None
+    ) -> bool:
+        """Apply an engine operation to a stored, unfinished task, in one transaction:
+        the row restored, ``operation`` run on it, the row dumped; ``event`` emitted
+        if it changed something. ``False`` for an unknown or finished task."""
+        if not isinstance(task_id, str):
+            return False
+
+        def change(row: TaskRow | None) -> Change[bool]:
+            if row is None or row.status in FINISHED:
+                return Change(False)
+            task = restore(row, never)
+            if not operation(task):
+                return Change(False)
+            new, requeued = dump(task, keep_lease=row.status in LEASED)
+            return Change(True, row=new, requeued=requeued)
+
+        decided = self._store.modify(task_id, change)
+        changed = decided is not None and decided.value
+        if changed:
+            assert decided is not None
+            assert decided.row is not None
+            self.changed(task_id, decided.row)
+            if event is not None and self.listeners:
+                self.emit(Event(event, task_id))
+        return changed
+
+    def cancel(self, task_id: Hashable) -> bool:
+        """Cancelled in the store: every process sees it; a run in flight anywhere goes
+        on and its completion changes nothing. One transaction."""
+        return self.withdraw(task_id, remove=False)
+
+    def withdraw(self, task_id: Hashable, *, remove: bool) -> bool:
+        """Cancel the task; with ``remove``, also mark it removed (no longer listed;
+        declaring it again adds it anew). One transaction."""
+
+        def cancel(task: Held) -> bool:
+            if remove:
+                task.row.spec = {**task.row.spec, "removed": True}  # replaced, never changed
+            return task.engine.cancel(task.task_id)
+
+        cancelled = self.apply(task_id, cancel, EventKind.TASK_REMOVED)
+        if cancelled:
+            self.cancelled_here(task_id)
+        return cancelled
+
+    def pause(self, task_id: Hashable) -> bool:
+        """Paused in the store. One transaction."""
+        return self.apply(task_id, lambda t: t.engine.pause(t.task_id), EventKind.TASK_PAUSED)
+
+    def resume(self, task_id: Hashable) -> bool:
+        """Resumed in the store. One transaction."""
+        return self.apply(task_id, lambda t: t.engine.resume(t.task_id), EventKind.TASK_RESUMED)
+
+    def reschedule(
+        self, task_id: Hashable, when: Schedule, cursor: Cursor | None, first: Time
+    ) -> bool:
+        """The new schedule stored with the task. One transaction."""
+        spec = _codec.schedule_spec(when)
+
+        def operation(task: Held) -> bool:
+            task.row.spec = {**task.row.spec, "schedule": spec}  # replaced, never changed
+            return task.engine.reschedule(task.task_id, cursor, first, when)
+
+        return self.apply(task_id, operation, None)
+
+    def trigger(self, task_id: Hashable) -> bool:
+        """An extra run now (the store's time). One transaction."""
+        now = self.now()
+        return self.apply(task_id, lambda t: t.engine.trigger(t.task_id, now), None)
+
+    def update(self, task_id: Hashable, found: dict[str, object], options: Any) -> bool:
+        """The changes stored with the task: every node sees them. A run in flight on
+        any node finishes as it began; the changes, stored beside it, apply when its
+        completion is committed. ``args``/``kwargs`` must be JSON and fit the action
+        (checked where this process knows it). One transaction. Raises ``TypeError``
+        for options a store cannot keep."""
+        fragment = spec_of(found)
+        if "retry" in found:  # None: the scheduler's default, stored as what it is
+            policy: Any = found["retry"] or self._retry
+            fragment["retry"] = _codec.retry_spec(policy, self._backoff)
+            found["retry"] = _codec.retry_from(fragment["retry"])
+        call: dict[str, Any] = {k: options[k] for k in ("args", "kwargs") if k in options}
+        for key, value in call.items():
+            call[key] = None if value is None else _codec.json_value(key, value)
+
+        def operation(task: Held) -> bool:
+            spec = task.row.spec
+            function = self._actions.function(task.row.action) if found.get("replace") else None
+            if function is not None:  # (an action this process does not know: not checked)
+                check_stoppable(function)
+            if call:
+                new: dict[str, Any] = {**spec, **call}
+                function = self._actions.function(task.row.action)
+                if function is not None:
+                    prepare(function, new["args"], new["kwargs"])  # the call shape
+                spec = new
+            assert task.plan is not None
+            # Stored at once unless a run in flight is to finish as it began (a concurrent
+            # task's changes apply at once: its runs are rebuilt from the spec)
+            if task.status not in LEASED or task.plan.concurrent:
+                spec = {**spec, **{k: v for k, v in fragment.items() if k != "priority"}}
+            task.row.spec = spec  # replaced, never changed in place
+            return task.engine.update(task.task_id, found)
+
+        return self.apply(task_id, operation, None)
+
+    def backfill(self, task_id: Hashable, low: Time, high: Time, idle_only: bool) -> int:
+        """The slots queued on the task's row, so any node runs them and a node killed
+        mid-backfill leaves the rest to the others (each once: fenced as every run). A
+        slot that already has a recorded outcome is not run again. One read and one
+        transaction."""
+        if not isinstance(task_id, str):
+            return 0
+        done = self._store.recorded(task_id, low, high)
+        queued = 0
+
+        def operation(task: Held) -> bool:
+            nonlocal queued
+            assert task.plan is not None
+            slots = [slot for slot in slots_in(task.plan, low, high) if slot not in done]
+            queued = task.engine.backfill(task.task_id, slots, idle_only=idle_only)
+            return queued > 0
+
+        self.apply(task_id, operation, None)
+        return queued
+
+    # -- reads -----------------------------------------------------------------
+
+    def get(self, task_id: Hashable) -> TaskRow | None:
+        """The task's stored row, ``None`` for an unknown id (or one not a str). One
+        read."""
+        return self._store.get(task_id) if isinstance(task_id, str) else None
+
+    def status(self, task_id: Hashable) -> Status | None:
+        """Finished tasks stay until pruned. One read."""
+        row = self.get(task_id)
+        return None if row is None else self.status_of(row)
+
+    def is_paused(self, task_id: Hashable) -> bool:
+        """One read."""
+        row = self.get(task_id)
+        return row is not None and row.paused and row.status not in FINISHED
+
+    def info(self, task_id: Hashable) -> TaskInfo | None:
+        """``last_outcome`` from the stored history, its ``error`` a
+        :class:`StoredError` with the stored text. Two reads."""
+        row = self.get(task_id)
+        if row is None:
+            return None
+        last = self._store.outcomes(row.task_id, 1) if row.status not in FINISHED else None
+        return self.info_of(row, last[0] if last else None)
+
+    def infos(self, after: str | None, limit: int | None) -> list[TaskInfo]:
+        """The unfinished stored tasks by id, tasks removed by their declarer left out.
+        One query, linear in the rows returned (one more for a page that removed tasks
+        left short)."""
+        return [self.info_of(row, last) for row, last in self.page(after, limit, True)]
+
+    def page(
+        self, after: str | None, limit: int | None, unfinished: bool
+    ) -> list[tuple[TaskRow, OutcomeRow | None]]:
+        """Up to ``limit`` stored tasks whose ids come after ``after``, each with its
+        latest outcome, leaving out tasks withdrawn by their declarer. O(rows)."""
+        found: list[tuple[TaskRow, OutcomeRow | None]] = []
+        while True:
+            page = self._store.page(after, limit, unfinished=unfinished)
+            found += [(row, last) for row, last in page if not removed(row)]
+            if limit is None or len(page) < limit or len(found) >= limit:
+                return found[:limit]
+            after = page[-1][0].task_id
+
+    def next_time(self) -> Time | None:
+        """The earliest due row this node can run, or lease of another node's that
+        expires (its run may then be taken over). One indexed read."""
+        return self._store.next_due(self._node, self._actions.known())
+
+    def info_of(self, row: TaskRow, o: OutcomeRow | None) -> TaskInfo:
+        """What ``info`` shows of a stored task, ``o`` its latest outcome: built by the
+        one rule the in-memory table uses (:func:`rota._engine.task_info`). O(1)."""
+        status = self.status_of(row)
+        outcome = None
+        if o is not None and status not in FINISHED:
+            error = None if o.error is None else StoredError(o.error)
+            started = o.finished if o.started is None else o.started
+            outcome = RunOutcome(
+                row.task_id, o.at, result_of(o.result), error, o.attempt, started, o.skipped,
+                value_from(o.value), o.skips() if o.skipped_by else NO_SKIPS,
+            )  # fmt: skip
+        try:
+            schedule = None if row.unreadable else _codec.schedule_from(row.spec["schedule"])
+        except StoreError:  # a kind a newer rota wrote (see the triage of claimed rows)
+            schedule = None
+        due = row.state.get("next", row.due)  # a concurrent task's next slot, not a retry
+        return task_info(
+            row.task_id, status, row.paused, due, schedule, row.state.get("attempt", 0),
+            row.due if row.unreadable else slot_of(row), outcome,
+        )  # fmt: skip
+
+
+def removed(row: TaskRow) -> bool:
+    """Whether a task was withdrawn by :meth:`DurableScheduler.remove` (a job its file
+    no longer declares) and not declared again since. O(1)."""
+    spec = row.spec
+    return row.status == Status.CANCELLED and isinstance(spec, dict) and bool(spec.get("removed"))
