@@ -632,11 +632,12 @@ class Scheduler:
 
         Complexity: in memory, O(n), in no particular order (a consistent
         snapshot, taken under the lock); a store lists them by id, one query.
-        Paged for large tables: up to ``limit`` tasks (all: ``None``) whose ids,
-        as text, come after ``after`` (pass the last id of a page, ``str(info.task_id)``, to get the next);
-        paged, in memory too, they come by id as text, O(n log n). A stored row
-        this process cannot read (corrupt JSON, a schedule kind a newer rota
-        wrote) is listed with ``schedule`` ``None``: one bad row hides no other.
+        Paged for large tables: up to ``limit`` tasks (all: ``None``) whose
+        ids, as text, come after ``after`` (pass the last id of a page,
+        ``str(info.task_id)``, to get the next); paged, in memory too, they
+        come by id as text, O(n log n). A stored row this process cannot read
+        (corrupt JSON, a schedule kind a newer rota wrote) is listed with
+        ``schedule`` ``None``: one bad row hides no other.
 
         Raises ``TypeError`` for an ``after`` that is not a str or ``None``,
         ``TypeError``/``ValueError`` for a ``limit`` that is not an int >= 1 or
