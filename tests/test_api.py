@@ -15,13 +15,14 @@ PUBLIC_MODULES = {
 }  # fmt: skip
 CORE_MODULES = ["_engine.py", "_queue.py", "_types.py", "_validate.py", "_scheduler.py",
                 "_policy.py", "schedules.py", "misfire.py", "overlap.py", "_calls.py",
-                "_tasks.py"]  # fmt: skip
+                "_tasks.py", "_task.py", "_controls.py", "_checks.py"]  # fmt: skip
 FORBIDDEN = {"time", "threading", "asyncio", "concurrent", "random", "datetime"}
 # The Scheduler holds one lock and defaults its clock to time.monotonic; datetime
 # converts times given as datetimes (it never reads the time); nothing else.
 ALLOWED = {
     "_scheduler.py": {"time", "threading", "datetime"},
     "_tasks.py": {"threading"},
+    "_checks.py": {"datetime"},
     "_types.py": {"datetime"},
     "_validate.py": {"datetime"},
     "schedules.py": {"datetime"},

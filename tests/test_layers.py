@@ -9,7 +9,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 CORE = {
-    "_types", "_validate", "_checks", "_queue", "_policy", "_engine", "_calls", "_clock",
+    "_types", "_validate", "_checks", "_queue", "_policy", "_engine", "_task", "_controls",
+    "_calls", "_clock",
     "_events",
     "_stats", "schedules", "retry", "misfire", "overlap", "cron",
 }  # fmt: skip

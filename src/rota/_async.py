@@ -12,9 +12,9 @@ from types import TracebackType
 from typing import Any
 
 from ._driver import CLOCK_RETRY, NO_FAULT, Driver, OnOutcome, logger
-from ._engine import Task, run_at
 from ._events import Event, EventKind
 from ._scheduler import Scheduler
+from ._task import Task, run_at
 from ._types import RunCancelled, RunOutcome, Status, Time
 
 CANCEL_GRACE = 1.0

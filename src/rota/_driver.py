@@ -33,10 +33,10 @@ from functools import partial
 from typing import Any
 
 from . import _validate
-from ._engine import Task, run_at
 from ._events import Event, EventKind
 from ._scheduler import Scheduler
 from ._stats import Stats, StatsSnapshot
+from ._task import Task, run_at
 from ._tasks import fatal
 from ._types import GivenBack, RunOutcome, Time, epoch_shown, recorded_result
 from ._validate import time_from

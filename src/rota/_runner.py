@@ -11,8 +11,8 @@ from collections.abc import Callable
 from types import TracebackType
 
 from ._driver import CLOCK_RETRY, NO_FAULT, Driver, OnOutcome, logger
-from ._engine import Task
 from ._scheduler import Scheduler
+from ._task import Task
 from ._types import Time
 
 MAX_SLEEP = 86_400.0

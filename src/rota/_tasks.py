@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 from . import _validate
 from ._calls import Bound, prepare
 from ._checks import check_stoppable, slots_in, stoppable_action
-from ._engine import Engine, Task, run_at
+from ._engine import Engine
 from ._events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
 from ._policy import Cursor, Plan, Schedule
+from ._task import Task, run_at
 from ._types import Action, RunOutcome, Status, TaskInfo, Time
 
 T = TypeVar("T")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import traceback
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -272,3 +273,21 @@ class TaskInfo(NamedTuple):
     schedule: object
     attempt: int
     last_outcome: RunOutcome | None
+
+
+VALUE_CHARS = 4000
+"""The most characters of a run's value kept in its stored outcome."""
+
+
+def value_text(value: object) -> str:
+    """A run's value (not ``None``) as it is kept and shown, the one rule for memory
+    and every store: a str as it is, else JSON (or its ``repr`` if JSON cannot carry
+    it), cut at :data:`VALUE_CHARS`. O(size of the value)."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            text = repr(value)
+    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "..."

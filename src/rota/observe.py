@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from typing import Any, NamedTuple, Protocol
 
 from rota import DurableScheduler, Event, EventKind, Scheduler, TaskInfo
-from rota._types import error_text, recorded_result
+from rota._types import error_text, recorded_result, value_text
 from rota.durable import Entry, zone_of
 from rota.report import status_entry
 from rota.store import NodeRow, OutcomeRow, redacted
@@ -223,7 +223,7 @@ class MemorySource:
             key, at, outcome.attempt, 0, at, recorded_result(outcome.result, error),
             None if error is None else error_text(error),
             outcome.started + shift, now + shift, outcome.skipped, None,
-            None if outcome.value is None else repr(outcome.value)[:4000],
+            None if outcome.value is None else value_text(outcome.value),
             None if not outcome.skipped else OutcomeRow.skips_text(outcome.skipped_by),
         )  # fmt: skip
         with self._lock:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from rota import DurableScheduler, FixedRate
-from rota.store._postgres import FAULT_POINTS
+from rota.store._pgsql import FAULT_POINTS
 from tests.durable.cluster import EFFECT, ROOT, Cluster
 from tests.helpers import wait_until
 

@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 from rota import _validate
 from rota._calls import prepare
 from rota._checks import check_stoppable, slots_in
-from rota._engine import task_info
 from rota._events import Event, EventKind
 from rota._policy import Cursor, Plan, RetryPolicy, Schedule
+from rota._task import task_info
 from rota._tasks import Tasks
 from rota._types import FINISHED, LEASED, NO_SKIPS, RunOutcome, Status, TaskInfo, Time, result_of
 from rota.store import Change, OutcomeRow, Store, StoreError, TaskRow

@@ -8,7 +8,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rota._engine import Run
+from rota._task import Run
 from rota._types import (
     Time,
 )

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from rota._engine import Run
+from rota._task import Run
 from rota._types import RunOutcome
 from rota.store import Change, Edit, Store
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from rota._engine import Run, run_at, run_slot
+from rota._task import Run, run_at, run_slot
 from rota._types import (
     Action,
     GivenBack,

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
-from rota._engine import Run, Task
+from rota._task import Run, Task
 from rota._types import (
     CLAIMED,
     FINISHED,

@@ -16,9 +16,20 @@ from collections import deque
 from typing import Any
 
 from rota._checks import OVERLAP_ATTRIBUTES
-from rota._engine import WINDOWS, Engine, Task, run_state
+from rota._controls import WINDOWS
+from rota._engine import Engine
 from rota._policy import Plan, RetryPolicy, Schedule, jitter_offset
-from rota._types import FINISHED, Action, RunOutcome, Status, Time, error_text, recorded_result
+from rota._task import Task, run_state
+from rota._types import (
+    FINISHED,
+    Action,
+    RunOutcome,
+    Status,
+    Time,
+    error_text,
+    recorded_result,
+    value_text,
+)
 from rota.store import OutcomeRow, TaskRow
 
 from . import _codec
@@ -358,7 +369,7 @@ def outcome_row(
             finished,
             outcome.skipped,
             row.owner,
-            None if value is None else _value_text(value),
+            None if value is None else value_text(value),
             None if not outcome.skipped else OutcomeRow.skips_text(outcome.skipped_by),
         ),
     )
@@ -368,10 +379,6 @@ new_tuple = tuple.__new__
 """How the hot paths build a named tuple from a tuple of all its fields: in C, where
 calling the class runs its ``__new__``, a Python function (2,000 instructions, about
 half of that, measured)."""
-
-
-VALUE_CHARS = 4000
-"""The most characters of a run's value kept in its stored outcome."""
 
 
 def value_from(text: str | None) -> object:
@@ -385,19 +392,6 @@ def value_from(text: str | None) -> object:
         return json.loads(text)
     except ValueError:
         return text
-
-
-def _value_text(value: object) -> str:
-    """A run's value (not ``None``) as stored: a str as it is, else JSON (or repr),
-    bounded."""
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            text = repr(value)
-    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "..."
 
 
 def new_row(

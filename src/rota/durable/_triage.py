@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rota._calls import Bound, prepare
-from rota._engine import Engine, Run, Task, raiser, run_at
+from rota._engine import Engine
+from rota._task import Run, Task, raiser, run_at
 from rota._types import (
     RELEASED,
     Action,

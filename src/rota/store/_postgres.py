@@ -19,19 +19,17 @@ remains the safety net.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from decimal import Decimal
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any
 
 try:
     import psycopg
     from psycopg import errors
-    from psycopg.conninfo import conninfo_to_dict
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "rota.store.PostgresStore needs the postgres extra: pip install 'rota[postgres]'"
@@ -41,11 +39,8 @@ from rota._types import Time
 
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
-    DEFAULT_PREFIX,
     FINISHED_NAMES,
-    FORMER_PREFIX,
     LEASED_SQL,
-    RUN_COLUMNS,
     RUNNING,
     Change,
     Edit,
@@ -59,122 +54,42 @@ from ._base import (
     actions_sql,
     ahead,
     claimed_rows,
-    former_tables,
-    is_current,
-    migrate,
     outcome_from,
     redacted,
-    renamed_actions_sql,
-    run_values,
     task_row,
     write_row,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
-
-T = TypeVar("T")
+from ._pgsql import (
+    CANCELLED,
+    IDLE_TIMEOUT,
+    LOCK_TIMEOUT,
+    REMEASURE,
+    RETRIES,
+    SOON,
+    STATEMENT_TIMEOUT,
+    T,
+    _due_sql,
+    _expected,
+    _expected_params,
+    _known,
+    _migrations,
+    _num,
+    _outcome_values,
+    _returning,
+    _time,
+    end_stalled_in,
+    prune_in,
+    shown_url,
+    stored_version,
+    upgrade,
+)
+from ._schema import (
+    DEFAULT_PREFIX,
+    is_current,
+)
 
 logger = logging.getLogger("rota.store")
-
-SCHEMA_VERSION = 5
-RETRIES = 5
-"""Attempts of one transaction that hit a unique violation or a lost connection."""
-LOCK_TIMEOUT = 5.0
-"""Seconds a statement of rota's waits for a row lock (``lock_timeout``)."""
-STATEMENT_TIMEOUT = 10.0
-"""Seconds a statement of rota's may run (``statement_timeout``). In a pipeline (a
-group commit with its claim) it spans every statement up to the pipeline's sync, so
-it also bounds how long a node frozen mid-pipeline keeps its rows locked: below the
-default lease (30 s)."""
-IDLE_TIMEOUT = 10.0
-"""Seconds the server lets a rota session sit idle inside a transaction (a frozen
-node) before it ends it (``idle_in_transaction_session_timeout``): below the default
-lease (30 s)."""
-CANCELLED = (errors.QueryCanceled, errors.LockNotAvailable)
-"""Statements the server cancelled: their transaction is rolled back, their
-connection healthy."""
-REMEASURE = 30.0
-"""Seconds after which a node measures its clock's offset from the server's again."""
-FAULT_POINTS = ("claim: results", "claim: synced", "completions: results",
-                "completions: synced")  # fmt: skip
-"""The points of a claim's and a completion's transaction where rows are locked and
-the node waits for nothing but itself (see :meth:`PostgresStore._at`)."""
-SOON = 1.0
-"""A write whose new due time is within this many seconds notifies the other nodes."""
-
-
-def _migrations(p: str) -> list[list[str]]:
-    return [
-        [
-            f"""CREATE TABLE {p}tasks (
-                task_id     text PRIMARY KEY,
-                action      text NOT NULL,
-                spec        text NOT NULL,
-                state       text NOT NULL,
-                status      text NOT NULL,
-                paused      boolean NOT NULL DEFAULT false,
-                due         numeric,
-                priority    bigint NOT NULL DEFAULT 0,
-                seq         bigint NOT NULL,
-                fence       bigint NOT NULL DEFAULT 0,
-                owner       text,
-                lease_until numeric,
-                expiries    integer NOT NULL DEFAULT 0,
-                version     bigint NOT NULL DEFAULT 0
-            )""",
-            f"CREATE INDEX {p}due ON {p}tasks (due, priority, seq) "
-            "WHERE status = 'scheduled' AND NOT paused",
-            f"CREATE INDEX {p}owner ON {p}tasks (owner) WHERE owner IS NOT NULL",
-            f"""CREATE TABLE {p}outcomes (
-                task_id  text NOT NULL,
-                slot     numeric NOT NULL,
-                attempt  integer NOT NULL,
-                fence    bigint NOT NULL,
-                at       numeric NOT NULL,
-                result   text NOT NULL,
-                error    text,
-                started  numeric,
-                finished numeric NOT NULL,
-                skipped  integer NOT NULL DEFAULT 0,
-                owner    text,
-                value    text,
-                PRIMARY KEY (task_id, slot, attempt, fence)
-            )""",
-            f"CREATE SEQUENCE {p}seq",
-        ],
-        [  # claims read each action's own range (see Known.actions, and SQLite's step)
-            f"DROP INDEX IF EXISTS {p}due",
-            f"CREATE INDEX {p}due_by_action ON {p}tasks (action, due, priority, seq) "
-            "WHERE status = 'scheduled' AND NOT paused",
-        ],
-        [  # a run's skipped slots by reason (see SQLite's step)
-            f"ALTER TABLE {p}outcomes ADD COLUMN IF NOT EXISTS skipped_by text",
-        ],
-        [renamed_actions_sql(p)],  # the import package's name, rota since cadence
-        [  # each node's heartbeat (see SQLite's step)
-            f"CREATE TABLE IF NOT EXISTS {p}nodes (node text PRIMARY KEY, started numeric "
-            "NOT NULL, seen numeric NOT NULL, lease numeric NOT NULL)",
-        ],
-    ]
-
-
-def _exists(db: psycopg.Connection[Any], name: str) -> bool:
-    """Whether a table (or any relation) of that name is on the search path."""
-    found = db.execute("SELECT to_regclass(%s)", (name,)).fetchone()
-    return found is not None and found[0] is not None
-
-
-def _num(value: Time | None) -> Decimal | int | None:
-    """A time as written: its exact text as a numeric (ints stay ints)."""
-    if value is None or isinstance(value, int):
-        return value
-    return Decimal(repr(value))
-
-
-def _time(value: Any) -> Any:
-    """A numeric read back: an int if it was written as one, else the very float."""
-    if isinstance(value, Decimal):
-        return int(value) if value.as_tuple().exponent == 0 else float(value)
-    return value
 
 
 class PostgresStore(StoreBase):
@@ -253,27 +168,14 @@ class PostgresStore(StoreBase):
         self._channel = f"{prefix}due"
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self._safe_url()!r}, prefix={self._p!r})"
+        return f"PostgresStore({redacted(self.conninfo)!r}, prefix={self._p!r})"
 
     @property
     def url(self) -> str:
         """The store as ``--store`` names it, its password hidden:
         ``postgresql://app@db:5432/app`` (a ``key=value`` connection string is shown
         as that URL too). O(len)."""
-        if self.conninfo.startswith(("postgresql://", "postgres://")):
-            return self._safe_url()
-        try:
-            parts = conninfo_to_dict(self.conninfo)
-        except psycopg.ProgrammingError:
-            return self._safe_url()
-        user = f"{parts['user']}@" if parts.get("user") else ""
-        port = f":{parts['port']}" if parts.get("port") else ""
-        return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
-
-    def _safe_url(self) -> str:
-        """The connection string as it may be shown: a password, in a URL
-        (``postgresql://app:pw@host/db``) or as ``password=...``, is ``***``."""
-        return redacted(self.conninfo)
+        return shown_url(self.conninfo)
 
     # -- connections -----------------------------------------------------
 
@@ -373,65 +275,13 @@ class PostgresStore(StoreBase):
         the migrating transaction, and its stored import paths rewritten (schema
         step 4). Raises :class:`StoreError` for a schema newer than this code.
         """
-        p = self._p
-        steps = _migrations(p)
-
-        def current(db: psycopg.Connection[Any]) -> tuple[int | None, bool]:
-            """The stored schema version, and whether a former store awaits renaming."""
-            if not _exists(db, f"{p}meta"):  # a new store (no error in the server log)
-                return None, bool(former_tables(p, lambda name: _exists(db, name)))
-            found = db.execute(
-                f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
-            ).fetchone()
-            return (None if found is None else int(found[0])), False
-
-        version, former = self._retrying(current, transaction=False)
+        p, steps = self._p, _migrations(self._p)
+        version, former = self._retrying(partial(stored_version, prefix=p), transaction=False)
         if is_current(version, steps, str(self)):
             return
         if not self._create and version is None and not former:
             raise StoreError(f"{self}: no rota store there (nothing was created)")
-
-        def upgrade(db: psycopg.Connection[Any]) -> None:
-            db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{p}schema",))
-            self._adopt_former(db)
-            db.execute(f"CREATE TABLE IF NOT EXISTS {p}meta (key text PRIMARY KEY, value text)")
-            found = db.execute(
-                f"SELECT value FROM {p}meta WHERE key = 'schema_version'"
-            ).fetchone()
-            version = 0 if found is None else int(found[0])
-            latest = migrate(version, steps, db.execute, str(self))
-            db.execute(
-                f"INSERT INTO {p}meta VALUES ('schema_version', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(latest),),
-            )
-
-        self._retrying(upgrade)
-
-    def _adopt_former(self, db: psycopg.Connection[Any]) -> None:
-        """Rename a store written before the project's rename (see
-        :func:`~rota.store._base.former_tables`) in ``db``'s transaction: its tables,
-        its sequence, and every index of its tables (primary keys included) that
-        bears the former prefix."""
-        renames = former_tables(self._p, lambda name: _exists(db, name))
-        if not renames:
-            return
-        for old, new in renames:
-            db.execute(f"ALTER TABLE {old} RENAME TO {new}")
-        db.execute(f"ALTER SEQUENCE IF EXISTS {FORMER_PREFIX}seq RENAME TO {self._p}seq")
-        indexes = db.execute(
-            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
-            "AND tablename = ANY(%s) AND starts_with(indexname, %s)",
-            ([new for _, new in renames], FORMER_PREFIX),
-        ).fetchall()
-        for (name,) in indexes:
-            db.execute(f"ALTER INDEX {name} RENAME TO {self._p}{name[len(FORMER_PREFIX) :]}")
-        logger.warning(
-            "%s: renamed the tables of rota's former name (%s*) to %s*",
-            self,
-            FORMER_PREFIX,
-            self._p,
-        )
+        self._retrying(partial(upgrade, prefix=p, steps=steps, where=str(self)))
 
     def close(self) -> None:
         """Close every connection this store opened (they are reopened on next use)."""
@@ -718,19 +568,9 @@ class PostgresStore(StoreBase):
         WARNING. Raises what psycopg raises (a role that may not signal the other's
         backends: ``pg_terminate_backend`` returns false, and nothing is ended)."""
 
-        def work(db: psycopg.Connection[Any]) -> list[int]:
-            found = db.execute(
-                "SELECT a.pid, pg_terminate_backend(a.pid) FROM pg_stat_activity a "
-                "WHERE a.pid <> pg_backend_pid() AND a.datname = current_database() "
-                "AND a.xact_start < clock_timestamp() - make_interval(secs => %s) "
-                "AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted "
-                "AND l.relation = to_regclass(%s) "
-                "AND l.mode IN ('RowExclusiveLock', 'RowShareLock'))",
-                (older_than, f"{self._p}tasks"),
-            ).fetchall()
-            return [pid for pid, ended in found if ended]
-
-        ended = self._retrying(work, transaction=False)
+        ended = self._retrying(
+            partial(end_stalled_in, prefix=self._p, older_than=older_than), transaction=False
+        )
         if ended:
             logger.warning(
                 "%s: ended sessions %s: each held this store's rows in a transaction "
@@ -931,24 +771,7 @@ class PostgresStore(StoreBase):
 
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`rota.store.Store.prune`."""
-        p = self._p
-
-        def work(db: psycopg.Connection[Any]) -> int:
-            db.execute(f"DELETE FROM {p}nodes WHERE seen < %s", (_num(before),))
-            gone: int = db.execute(
-                f"DELETE FROM {p}outcomes WHERE ctid = ANY(ARRAY(SELECT ctid FROM {p}outcomes "
-                "WHERE finished < %s LIMIT %s))",
-                (_num(before), limit),
-            ).rowcount
-            gone += db.execute(
-                f"DELETE FROM {p}tasks WHERE ctid = ANY(ARRAY(SELECT ctid FROM {p}tasks t "
-                f"WHERE status = ANY(%s) AND due < %s AND NOT EXISTS "
-                f"(SELECT 1 FROM {p}outcomes o WHERE o.task_id = t.task_id) LIMIT %s))",
-                (FINISHED_NAMES, _num(before), limit),
-            ).rowcount
-            return gone
-
-        return self._retrying(work)
+        return self._retrying(partial(prune_in, prefix=self._p, before=before, limit=limit))
 
     def changes(self, wait: float = 0.0) -> int:
         """A count of the other nodes' notifications (``LISTEN``); waits up to ``wait``
@@ -968,82 +791,6 @@ class PostgresStore(StoreBase):
             self._listener = None
             self._notified += 1
         return self._notified
-
-
-@functools.lru_cache(maxsize=8)
-def _due_sql(p: str, column: str, *, claim: bool) -> str:
-    """The earliest runs of a list of actions, each action through its own range of
-    the action index (a ``LATERAL`` join), then the earliest of all in ``(due,
-    priority, seq)`` order; ``column`` of each. Parameters: the actions, with
-    ``claim`` ``now`` (only runs due by then, locked ``FOR UPDATE SKIP LOCKED``:
-    rows an action's range locked beyond the limit stay locked only to the end of
-    the statement's transaction), the refused ids, the limit per action, the
-    limit."""
-    bound, locking = ("AND due <= %s ", " FOR UPDATE SKIP LOCKED") if claim else ("", "")
-    return (
-        f"SELECT c.{column} FROM unnest(%s::text[]) AS n(action) CROSS JOIN LATERAL "
-        f"(SELECT task_id, due, priority, seq FROM {p}tasks WHERE action = n.action "
-        f"AND status = 'scheduled' AND NOT paused {bound}"
-        "AND NOT task_id = ANY(%s) ORDER BY due, priority, seq LIMIT %s"
-        f"{locking}) c ORDER BY c.due, c.priority, c.seq LIMIT %s"
-    )
-
-
-def _outcome_values(o: OutcomeRow) -> tuple[Any, ...]:
-    return (o.task_id, _num(o.slot), o.attempt, o.fence, _num(o.at), o.result, o.error,
-            _num(o.started), _num(o.finished), o.skipped, o.owner, o.value,
-            o.skipped_by)  # fmt: skip
-
-
-def _expected_params(edit: Edit) -> tuple[Any, ...] | None:
-    """The parameters of :func:`_expected` for a completion decided in advance
-    (``None`` for any other edit)."""
-    task_id, _, fence, expect = edit
-    if expect is None or expect[1].outcome is None:
-        return None
-    version, decided = expect
-    new, outcome = decided.row, decided.outcome
-    assert new is not None
-    assert outcome is not None
-    new.version = version + 1
-    state, status, due, _, owner, until, expiries, version_ = run_values(new, _num)
-    return (state, status, due, decided.requeued, owner, until, expiries, version_, task_id,
-            fence, version, *_outcome_values(outcome))  # fmt: skip
-
-
-@functools.lru_cache(maxsize=16)
-def _expected(p: str) -> str:
-    """The completion decided in advance: a conditional UPDATE (a new ``seq`` if the run
-    was queued anew) and the outcome's INSERT, which happens only if the UPDATE did."""
-    names = [name.strip() for name in RUN_COLUMNS.split(",")]  # the run's, nothing else
-    sets = ", ".join(
-        f"{n} = CASE WHEN %s THEN nextval('{p}seq') ELSE {p}tasks.seq END" if n == "seq"
-        else f"{n} = %s"
-        for n in names
-    )  # fmt: skip
-    marks = ",".join(["%s"] * len(_OUTCOME_COLUMNS.split(",")))
-    return (
-        f"WITH u AS (UPDATE {p}tasks SET {sets} WHERE task_id = %s AND fence = %s "
-        f"AND version = %s RETURNING seq) INSERT INTO {p}outcomes ({_OUTCOME_COLUMNS}) "
-        f"SELECT {marks} FROM u RETURNING (SELECT seq FROM u)"
-    )
-
-
-@functools.lru_cache(maxsize=16)
-def _returning() -> str:
-    return ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
-
-
-def _known(known: Known) -> tuple[str, list[Any]]:
-    """The SQL condition for "a run this node may claim" (:class:`Known`), and its
-    parameters."""
-    paths, path_params = known.paths_sql("%s")
-    sql = f"(action = ANY(%s) OR (strpos(action, ':') > 0 AND NOT action = ANY(%s) AND {paths}))"
-    params: list[Any] = [list(known.names), list(known.broken), *path_params]
-    if known.refused:
-        sql += " AND NOT task_id = ANY(%s)"
-        params.append(list(known.refused))
-    return sql, params
 
 
 __all__ = ["PostgresStore"]

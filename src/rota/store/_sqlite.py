@@ -28,9 +28,7 @@ from rota._types import Time
 
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
-    DEFAULT_PREFIX,
     FINISHED_SQL,
-    FORMER_PREFIX,
     LEASED_SQL,
     RUN_COLUMNS,
     RUNNING,
@@ -46,16 +44,20 @@ from ._base import (
     actions_sql,
     ahead,
     claimed_rows,
-    former_tables,
-    is_current,
-    migrate,
     outcome_from,
-    renamed_actions_sql,
     run_values,
     task_row,
     write_row,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
+from ._schema import (
+    DEFAULT_PREFIX,
+    FORMER_PREFIX,
+    former_tables,
+    is_current,
+    migrate,
+    renamed_actions_sql,
+)
 
 T = TypeVar("T")
 

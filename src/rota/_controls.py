@@ -1,0 +1,727 @@
+"""The scheduling controls (``docs/policies.md``), as decisions of the engine: overlap
+(``SKIP``, ``allow(n)``, ``REPLACE``: a concurrent task's runs of their own),
+``deadline``, ``end`` and ``max_runs``, and the slots they skip and count.
+
+:class:`Controls` is the part of :class:`~rota._engine.Engine` that decides them;
+the engine calls it only for a task whose plan uses a control (``plan.extra``), so
+the contract's hot paths never enter this module.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+from ._policy import Plan, jitter_offset
+from ._queue import RunQueue
+from ._task import (
+    DONE,
+    FAILED,
+    OK,
+    QUEUED,
+    RETRY,
+    RUNNING,
+    SCHEDULED,
+    Run,
+    Task,
+    _later,
+    _plan_of,
+    _Waiting,
+    move,
+    raiser,
+    run_at,
+    run_slot,
+)
+from ._types import (
+    FINISHED,
+    NO_SKIPS,
+    Action,
+    Result,
+    RunOutcome,
+    Skips,
+    Status,
+    Time,
+)  # fmt: skip
+from ._validate import LIMIT
+from .schedules import FixedDelay, Once
+
+
+class Controls:
+    """The engine's decisions for tasks with scheduling controls (a mixin of
+    :class:`~rota._engine.Engine`, whose fields and decisions it uses: below)."""
+
+    __slots__ = ("_follow", "_queue", "_tasks", "_waiting", "stops")
+
+    # The engine's table, queue and concurrent runs, set by Engine.__init__ (see there)
+    _tasks: dict[Hashable, Task]
+    _queue: RunQueue[Task]
+    _waiting: int
+    _follow: bool
+    stops: list[Run]
+    # The engine's own decisions these defer to
+    claim: Callable[..., Task | None]
+    _break: Callable[[Task, BaseException], None]
+    _finish: Callable[[Task, Status], None]
+    _misfire: Callable[[Task, Plan, Time], bool]
+    _record: Callable[..., RunOutcome]
+    _retry_of: Callable[[Plan, Time, BaseException], tuple[Time, Time] | None]
+
+    def _claim_controlled(self, task: Task, plan: Plan, now: Time, queued: bool) -> Task | None:
+        """:meth:`claim` of a task with scheduling controls: its misfire policy, then its
+        deadline, then, for a concurrent task, a run of its own (:meth:`_run_of`).
+        ``None`` if the claimed run was moved, skipped or held instead."""
+        if task.__class__ is Run:  # a concurrent task's run, its retry due
+            return self._retried(task, queued)
+        if (
+            plan.misfire is not None
+            and not plan.backlog
+            and not plan.attempt
+            and task.entry[0] < now
+            and not self._misfire(task, plan, now)
+        ):
+            return None
+        if plan.overlap_skip and plan.windows and not self._apart(task, plan, now):
+            return None
+        if plan.deadline is not None and not self._in_time(task, plan, now):
+            return None
+        if plan.concurrent:
+            return self._run_of(task, plan, now, queued)
+        if plan.nominal is not None:  # out of the queue: the run is its slot from now on
+            task.entry = (plan.nominal, -1, task.entry[2])
+            plan.nominal = None
+        move(task, QUEUED if queued else RUNNING)
+        return task
+
+    def _run_of(self, task: Task, plan: Plan, now: Time, queued: bool) -> Task | None:
+        """Claim the due run of a concurrent task as a :class:`Run` of its own, and queue
+        the task's next run at once (held while ``limit`` runs are in flight). Under
+        REPLACE with a run in flight, the runs in flight are marked to be stopped
+        (:attr:`stops`) and the due run waits for them to end instead: ``None``.
+        O(log n)."""
+        task_id = task.entry[2]
+        if plan.flying is None:
+            plan.flying = []
+        if plan.replace and plan.inflight:
+            return self._replace(task, plan, now, queued)
+        run = _new_run(task, plan, queued)
+        plan.inflight += 1
+        plan.flying.append(run)
+        if task.status is SCHEDULED:
+            move(task, RUNNING)
+        try:  # the task's next run, now: the cursor moves on at the claim
+            nxt = self._following(plan, now, -LIMIT)
+        except BaseException as exc:
+            exc.add_note(f"rota: the schedule of task {task_id!r} failed; so did the task")
+            run.action = raiser(exc)
+            nxt = None
+            plan.ended = FAILED
+        if nxt is None:
+            plan.ended = plan.ended or DONE
+            task.entry = (task.entry[0], -1, task_id)
+        else:
+            self._push_slot(task, plan, nxt, hold=True)
+            self._sync(task, plan)
+        return run
+
+    def _replace(self, task: Task, plan: Plan, now: Time, queued: bool) -> Task | None:
+        """REPLACE, a run due while others are in flight: those running are marked to be
+        stopped (:attr:`stops`), those waiting for a retry dropped; the due run waits
+        (held) until the stopped ones end, or, if none runs, is claimed at once."""
+        assert plan.flying is not None
+        for other in list(plan.flying):
+            if other.replaced:
+                continue
+            other.replaced = True
+            if other.status is SCHEDULED:  # waiting for a retry: dropped, not stopped
+                plan.flying.remove(other)
+                plan.inflight -= 1
+            else:
+                self.stops.append(other)
+        task.entry = (task.entry[0], -1, task.entry[2])
+        plan.held = plan.inflight > 0
+        if plan.held:
+            return None
+        self._sync(task, plan)
+        return self.claim(now, queued=queued) if self._follow else None
+
+    def _end(self, task: Task, plan: Plan) -> None:
+        """A claimed run's schedule ended without it running: the task is done, or, with
+        runs of its own still in flight, done when the last of them ends."""
+        if plan.concurrent and plan.inflight:
+            plan.ended = DONE
+            task.entry = (task.entry[0], -1, task.entry[2])
+        else:
+            self._finish(task, DONE)
+
+    def _retried(self, run: Run, queued: bool) -> Run | None:
+        """A concurrent task's run whose retry came due leaves the table; ``None`` (it
+        is forgotten) if its task finished meanwhile or REPLACE dropped it."""
+        del self._tasks[run.entry[2]]
+        self._waiting -= 1
+        run.entry = (run.entry[0], -1, run.parent.entry[2])
+        if run.replaced or run.parent.status in FINISHED:
+            return None
+        move(run, QUEUED if queued else RUNNING)
+        return run
+
+    def _sync(self, task: Task, plan: Plan) -> None:
+        """Put a concurrent task's next run in the queue, or take it out, as its state
+        says: queued unless paused, ended, held (REPLACE), or ``limit`` runs are in
+        flight (REPLACE keeps it queued: it is how a slot due meanwhile is seen)."""
+        live = task.entry[1] != -1
+        want = (
+            not plan.paused
+            and plan.ended is None
+            and not plan.held
+            and (plan.replace or plan.inflight < plan.limit)
+        )
+        if want and not live:
+            task.entry = self._queue.push(task.entry[0], task.entry[2], plan.priority)
+        elif live and not want:
+            task.entry = (task.entry[0], -1, task.entry[2])
+            self._queue.discard()
+
+    def _complete_run(
+        self, run: Run, error: BaseException | None, started: Time, value: object
+    ) -> RunOutcome:
+        """:meth:`complete` of a concurrent task's run: its retry, under the policies it
+        was claimed with, waits beside the queue; once its slot is over the task may
+        start another run (or end, if its schedule did and none is left). O(log n)."""
+        task, own = run.parent, run.plan
+        assert own is not None
+        at = run_at(run)
+        attempt = own.attempt
+        skipped = own.skipped
+        skipped_by: Skips = NO_SKIPS
+        if skipped:
+            own.skipped = 0
+            skipped_by = _skipped_by(own, skipped)
+        alive = task.status not in FINISHED
+        retry: tuple[Time, Time] | None = None
+        if error is not None and alive and not run.replaced:
+            try:
+                retry = self._retry_of(own, at, error)
+            except BaseException as exc:  # its retry policy failed: the run fails with it
+                exc.add_note(f"rota: a policy of task {task.entry[2]!r} failed")
+                error = exc
+        if retry is not None:
+            outcome = self._record(run, at, RETRY, error, attempt, started, skipped_by, value)
+            if not attempt:
+                own.first_at = at
+            own.attempt = attempt + 1
+            own.last_delay = retry[1]
+            own.nominal = None
+            move(run, SCHEDULED)
+            key = _Waiting()
+            self._tasks[key] = run
+            self._waiting += 1
+            run.entry = self._queue.push(retry[0], key, own.priority)
+            task.last = outcome
+            return outcome
+        result = OK if error is None else Result.FAILED
+        outcome = self._record(run, at, result, error, attempt, started, skipped_by, value)
+        move(run, DONE if error is None else FAILED)
+        if alive:
+            task.last = outcome
+            self._landed(run, error is not None)
+        elif task.plan is not None and task.plan.flying and run in task.plan.flying:
+            task.plan.flying.remove(run)  # (a store keeps the runs of a finished task
+            task.plan.inflight -= 1  # until each has ended: then its lease is let go)
+        return outcome
+
+    def _landed(self, run: Run, failed: bool) -> None:
+        """A run of a live concurrent task is over (completed, or replaced before it
+        started): one fewer in flight, so the task may run its next (queued again), or
+        end if its schedule did and this was the last (``failed``: how it ended)."""
+        task = run.parent
+        plan = task.plan
+        assert plan is not None
+        assert plan.flying is not None
+        if run in plan.flying:
+            plan.flying.remove(run)
+            plan.inflight -= 1
+        if plan.inflight == 0:
+            plan.held = False
+            if plan.ended is not None:
+                self._finish(task, FAILED if plan.ended is FAILED or failed else DONE)
+                return
+            move(task, SCHEDULED)
+        self._sync(task, plan)
+
+    def adopt_runs(self, task: Task, runs: list[list[Any]], *, again: bool = False) -> None:
+        """Take in the runs of an adopted concurrent ``task`` from their stored states
+        (:func:`run_state`), then queue its next run as its state says. With
+        ``again`` (its holder's lease expired, or it gave a run back), a run that was
+        in flight is due again at its own time, as it was claimed (its attempt is not
+        counted): at-least-once, same slot and key. O(len(runs) log n).
+        """
+        plan = task.plan
+        assert plan is not None
+        plan.flying = []
+        alive = task.status not in FINISHED
+        for _slot, at, status, attempt, first_at, last_delay, replaced, skipped, skips in runs:
+            run = _new_run(task, plan, False, counted=False)
+            own = run.plan
+            assert own is not None
+            own.attempt, own.first_at, own.last_delay = attempt, first_at, last_delay
+            own.skipped, own.skips = skipped, skips
+            run.replaced = replaced
+            waiting = status == SCHEDULED or again
+            if (waiting and not alive) or (again and replaced):
+                continue  # never to run: a finished task's retry, a run REPLACE stopped
+            plan.flying.append(run)
+            plan.inflight += 1
+            run.entry = (at, -1, task.entry[2])
+            if waiting:
+                run.status = SCHEDULED
+                key = _Waiting()
+                self._tasks[key] = run
+                self._waiting += 1
+                run.entry = self._queue.push(at, key, own.priority)
+            else:  # claimed: whether a worker started it yet, its completion is a run's
+                run.status = RUNNING
+        if again and plan.held:  # the runs it waited for to stop are gone with their node
+            plan.held = any(run.status is not SCHEDULED for run in plan.flying)
+        if alive:
+            self._sync(task, plan)
+
+    def run_of(self, task: Task, slot: Time) -> Run | None:
+        """The run of concurrent ``task`` in flight for ``slot`` (:func:`run_slot`), or
+        ``None``. O(runs in flight)."""
+        plan = task.plan
+        for run in () if plan is None or plan.flying is None else plan.flying:
+            if run_slot(run) == slot and run.status is not SCHEDULED:
+                assert isinstance(run, Run)
+                return run
+        return None
+
+    def take_stops(self) -> list[Run]:
+        """The runs REPLACE decided to stop since the last call (the scheduler signals
+        their drivers). O(1)."""
+        stops = self.stops
+        if stops:
+            self.stops = []
+        return stops
+
+    def _controlled(
+        self, plan: Plan, nxt: Time | None, started: Time, finished: Time, stepped: bool
+    ) -> Time | None:
+        """The next run decided at a completion, under the task's scheduling controls.
+
+        ``max_runs`` reached (by a run of the schedule, not an extra one) or a
+        next slot past ``end``: none. Under ``Overlap.SKIP`` the runs of the
+        schedule that fell due while the run was in flight, in ``(started,
+        finished]``, are skipped and counted (:meth:`_overlapped`; ``stepped``:
+        ``nxt`` came from the cursor, not the backlog). Raises what the cursor
+        raises (the caller fails the task). O(skipped slots), or what the
+        cursor's ``skip`` costs.
+        """
+        if plan.max_runs is not None and not plan.extra_runs and plan.runs + 1 >= plan.max_runs:
+            return None
+        if (
+            plan.overlap_skip
+            and nxt is not None
+            and plan.extra_runs < 2  # the next run is one of the schedule's, not an extra
+            and started < nxt <= finished
+        ):
+            nxt = self._overlapped(plan, finished, stepped)
+        if nxt is not None and plan.end is not None and nxt > plan.end:
+            return None
+        return nxt
+
+    def _overlapped(self, plan: Plan, finished: Time, stepped: bool) -> Time | None:
+        """Under ``Overlap.SKIP``, skip the next runs that fell due while the run was in
+        flight (up to ``finished``): the backlog's (slots the misfire policy chose
+        before) and the cursor's, stepped or skipped at once (``Cursor.skip``); count
+        them. The first run after ``finished``, or ``None``. Raises what the cursor
+        raises."""
+        count = 0
+        nxt: Time | None = None
+        backlog = None if stepped else plan.backlog
+        if backlog:
+            while backlog and backlog[0] <= finished:
+                backlog.popleft()
+                count += 1
+            if backlog:
+                nxt = backlog[0]
+            else:
+                plan.backlog = None
+        else:
+            count = 1  # the one the cursor gave
+        cursor = plan.cursor
+        if nxt is None and cursor is not None:
+            skip = getattr(cursor, "skip", None)
+            if skip is not None:  # every slot up to finished at once (see Cursor.skip)
+                skipped, tail = skip(finished, 1)
+                count += skipped
+                if tail:
+                    plan.slot = tail[-1]
+            nxt = cursor.next(finished)
+            while nxt is not None and _later(plan.slot, nxt, finished) <= finished:
+                plan.slot = nxt
+                count += 1
+                nxt = cursor.next(finished)
+            if nxt is not None:
+                plan.slot = nxt
+        _skip(plan, "overlap", count)
+        return nxt
+
+    def _in_time(self, task: Task, plan: Plan, now: Time) -> bool:
+        """Whether a claimed run starts within its task's ``deadline`` of its slot.
+
+        Only a slot's first attempt of a run of the schedule is judged (a retry
+        keeps its backoff; an extra run, backfilled or triggered, is not a
+        slot that can be late). A run later than that is not started: its
+        slot and every later one that is also past its deadline are skipped
+        and counted (``deadline``; see :meth:`_skip_from`). Returns False then.
+        O(skipped slots), or what the cursor's ``skip`` costs.
+        """
+        deadline = plan.deadline
+        assert deadline is not None
+        limit = now - deadline
+        if plan.attempt or plan.extra_runs or task.entry[0] >= limit:  # its start: jittered
+            return True
+        task_id, jitter = task.entry[2], plan.jitter
+
+        def kept(at: Time) -> bool:
+            return (at + jitter_offset(task_id, at, jitter) if jitter else at) >= limit
+
+        return self._skip_from(task, plan, now, "deadline", kept, limit)
+
+    def _apart(self, task: Task, plan: Plan, now: Time) -> bool:
+        """Under ``Overlap.SKIP``: whether a claimed run's slot fell due while none of the
+        task's runs was in flight. One that fell due during one (``Plan.windows``) is
+        skipped and counted (``overlap``), with every later one that did too. Only a
+        first attempt of a run of the schedule is judged. O(skipped slots)."""
+        if plan.attempt or plan.extra_runs or not _overlaps(plan, run_at(task)):
+            return True
+        return self._skip_from(task, plan, now, "overlap", lambda at: not _overlaps(plan, at))
+
+    def _skip_from(
+        self,
+        task: Task,
+        plan: Plan,
+        now: Time,
+        reason: str,
+        kept: Callable[[Time], bool],
+        limit: Time = -LIMIT,
+    ) -> bool:
+        """Skip the claimed run's slot and the following runs that ``kept`` refuses,
+        counted for ``reason``; queue the first it keeps in their place (the task is
+        done if its schedule ends first), and return False. A cursor that fails makes
+        the claimed run fail with its error (see :meth:`_break`), and True."""
+        count = 1
+        try:
+            while True:
+                nxt = self._following(plan, now, limit)
+                if nxt is None or kept(nxt):
+                    break
+                count += 1
+        except BaseException as exc:
+            self._break(task, exc)
+            return True
+        _skip(plan, reason, count)
+        if nxt is None:
+            self._end(task, plan)
+            return False
+        plan.last_delay = None
+        self._push_slot(task, plan, nxt)
+        return False
+
+    def _following(self, plan: Plan, now: Time, limit: Time) -> Time | None:
+        """The run after a skipped one: the backlog's next, else the cursor's (every
+        slot that starts before ``limit`` even unjittered stepped over at once when
+        the cursor can ``skip``), within ``end`` and ``max_runs``; ``None`` if the
+        schedule ends. Raises what the cursor raises."""
+        if plan.max_runs is not None and plan.runs >= plan.max_runs:
+            return None
+        backlog, cursor = plan.backlog, plan.cursor
+        if backlog:
+            nxt: Time | None = backlog.popleft()
+            if not backlog:
+                plan.backlog = None
+        elif cursor is None:
+            return None
+        else:
+            skip = getattr(cursor, "skip", None)
+            bound = limit - plan.jitter if plan.jitter else limit  # offsets are < jitter
+            if skip is not None and plan.slot < bound:
+                skipped, tail = skip(bound, 1)
+                if skipped and tail[-1] == limit:  # exactly at its deadline: in time
+                    skipped -= 1
+                    plan.slot = tail[-1]
+                    _skip(plan, "deadline", skipped)
+                    return limit if plan.end is None or limit <= plan.end else None
+                if skipped:
+                    plan.slot = tail[-1]
+                    _skip(plan, "deadline", skipped)
+            nxt = cursor.next(now)
+            if nxt is not None:
+                nxt = _later(plan.slot, nxt, plan.slot)
+                plan.slot = nxt
+        if nxt is not None and plan.end is not None and nxt > plan.end:
+            return None
+        return nxt
+
+    def _push_slot(self, task: Task, plan: Plan, at: Time, *, hold: bool = False) -> None:
+        """Make the run at ``at`` the task's next: queued, or parked if it is paused (or
+        ``hold``: for :meth:`_sync` to queue); started ``jitter_offset`` after ``at`` if
+        the task is jittered (``at`` is then kept as its reported time). The caller
+        discards a live entry it replaces. O(log n)."""
+        task_id = task.entry[2]
+        due = at
+        if plan.jitter:
+            plan.nominal = at
+            due = at + jitter_offset(task_id, at, plan.jitter)
+        elif plan.nominal is not None:
+            plan.nominal = None
+        if plan.paused or hold:
+            task.entry = (due, -1, task_id)
+        else:
+            task.entry = self._queue.push(due, task_id, plan.priority)
+
+    def trigger(self, task_id: Hashable, now: Time) -> bool:
+        """Give a scheduled, unpaused task an extra run at ``now``; its schedule goes on.
+
+        The run it had is due next, then its schedule's: nothing is skipped or
+        merged, so each accepted trigger is one run of its own (also when a
+        run is due already, or another trigger came just before). ``False``
+        if the task is unknown, finished, paused, or has a run queued or in
+        flight. O(log n).
+        """
+        task = self._tasks.get(task_id)
+        if task is None or task.status is not SCHEDULED:
+            return False
+        plan = _plan_of(task)
+        if plan.paused:
+            return False
+        due = run_at(task)
+        if plan.schedule is None:  # a one-off with no options: keep showing its own time
+            plan.schedule = Once(at=due)
+        # The run it had waits in the backlog (jittered again, the same, when queued);
+        # the trigger's own run is at now, unjittered, and extra: see Plan.extra_runs.
+        plan.backlog = deque([due, *(plan.backlog or ())])
+        plan.attempt = 0
+        plan.last_delay = None
+        plan.nominal = None
+        plan.extra_runs += 1
+        plan.extra = True
+        task.entry = self._queue.push(now, task_id, plan.priority)
+        self._queue.discard()  # the old entry, as in reschedule
+        return True
+
+    def update(
+        self, task_id: Hashable, found: Mapping[str, object], action: Action | None = None
+    ) -> bool:
+        """Change an unfinished task's options in place: plan attributes ``found``
+        (validated by the caller, see :func:`rota._scheduler.changes`) and, if
+        given, its ``action`` (new arguments). A run in flight finishes as it began:
+        the changes wait for it to end, then apply to the runs after it. A new
+        priority re-queues a scheduled run. ``False`` if unknown or finished.
+        O(log n).
+        """
+        task = self._tasks.get(task_id)
+        if task is None:
+            return False
+        if action is not None:
+            task.action = action
+        if not found:
+            return True
+        plan = _plan_of(task)
+        if found.get("concurrent") and isinstance(plan.schedule, FixedDelay):
+            raise ValueError(
+                f"overlap needs slots that do not wait for a run to end, not "
+                f"{plan.schedule!r} (each of its runs starts a delay after the previous "
+                "one finished)"
+            )
+        if plan.concurrent and "concurrent" in found and plan.inflight:
+            raise ValueError(
+                f"update() cannot change the overlap of task {task_id!r} from "
+                f"{'Overlap.REPLACE' if plan.replace else f'Overlap.allow({plan.limit})'} "
+                f"while {plan.inflight} of its runs are in flight: change it once they "
+                "have ended, or schedule it again (replace_existing=True)"
+            )
+        if task.status is not SCHEDULED and not plan.concurrent:
+            plan.pending = {**(plan.pending or {}), **found}
+            plan.extra = True
+            return True
+        priority = plan.priority
+        _apply(plan, found)
+        if plan.concurrent:  # each run in flight keeps the policies it was claimed with
+            if plan.priority != priority and task.entry[1] != -1:
+                self._queue.discard()
+                task.entry = (task.entry[0], -1, task_id)
+                self._sync(task, plan)
+            return True
+        if plan.priority != priority and not task.parked:
+            task.entry = self._queue.push(task.entry[0], task_id, plan.priority)
+            self._queue.discard()  # the old entry, as in reschedule
+        return True
+
+    def backfill(self, task_id: Hashable, slots: list[Time], *, idle_only: bool = False) -> int:
+        """Queue extra runs of an unfinished task at ``slots`` (ascending), oldest first,
+        ahead of its schedule's runs, which they do not move: its current run waits
+        behind them, and a run in flight is followed by them. Extra runs are retried as
+        any run, but meet no misfire policy or deadline and do not count toward
+        ``max_runs``. ``idle_only`` (``Overlap.SKIP``): nothing is queued while a run
+        of the task is in flight. Returns the number of runs queued. O(k + log n).
+        """
+        task = self._tasks.get(task_id)
+        if task is None or not slots:
+            return 0
+        plan = _plan_of(task)
+        queued = set(plan.extras or ())  # a slot already queued is not queued twice
+        if plan.extra_runs:
+            queued.add(run_at(task))
+            queued.update(list(plan.backlog or ())[: plan.extra_runs - 1])
+        slots = [slot for slot in slots if slot not in queued]
+        if not slots:
+            return 0
+        if plan.concurrent:
+            if idle_only and plan.inflight:
+                return 0
+            if plan.ended is not None:
+                return 0
+        elif task.status is not SCHEDULED:
+            if idle_only:
+                return 0
+            plan.extras = [*(plan.extras or ()), *slots]
+            plan.extra = True
+            return len(slots)
+        parked = task.parked or (plan.concurrent and task.entry[1] == -1)
+        due = run_at(task)
+        plan.backlog = deque([*slots[1:], due, *(plan.backlog or ())])
+        plan.attempt = 0
+        plan.last_delay = None
+        plan.nominal = None
+        plan.extra_runs += len(slots)
+        plan.extra = True
+        if parked:
+            task.entry = (slots[0], -1, task_id)
+        else:
+            task.entry = self._queue.push(slots[0], task_id, plan.priority)
+            self._queue.discard()
+        return len(slots)
+
+
+def _new_run(task: Task, plan: Plan, queued: bool, *, counted: bool = True) -> Run:
+    """A run of a concurrent task's due slot, with a plan of its own: the task's retry
+    policies as they are now (it finishes as it began), the skips to report on it; it
+    counts toward ``max_runs`` unless it is an extra run (or, ``counted`` false, one
+    rebuilt from storage, counted when it was claimed). O(1)."""
+    run = Run.__new__(Run)
+    run.parent = task
+    run.replaced = False
+    own = Plan(None, plan.max_retries, plan.retry, None, plan.priority)
+    own.retry_on = plan.retry_on
+    own.extra = True  # complete() tells a run by it, then by its class
+    if counted:
+        if plan.skipped:  # reported on this run
+            own.skipped, own.skips, plan.skipped, plan.skips = plan.skipped, plan.skips, 0, None
+        if plan.extra_runs:
+            plan.extra_runs -= 1
+        elif plan.max_runs is not None:
+            plan.runs += 1
+    for_run = getattr(task.action, "for_run", None)
+    run.action = task.action if for_run is None else for_run(own)
+    run.plan = own
+    slot = task.entry[0] if plan.nominal is None else plan.nominal  # not its jittered start
+    run.entry = (slot, -1, task.entry[2])
+    run.status = QUEUED if queued else RUNNING
+    run.last = run.value = None
+    return run
+
+
+def _overlaps(plan: Plan, at: Time) -> bool:
+    """Whether a slot at ``at`` fell due while a run of the task was in flight; spans
+    that ended before it are forgotten (slots are judged in time order)."""
+    windows = plan.windows
+    if not windows:
+        return False
+    while windows and windows[0][1] < at:
+        windows.popleft()
+    return any(start < at <= end for start, end in windows)
+
+
+def _skip(plan: Plan, reason: str, count: int) -> None:
+    """Count ``count`` slots skipped for ``reason``, to report on the task's next run."""
+    plan.skipped += count
+    skips = plan.skips
+    if skips is None:
+        plan.skips = {reason: count}
+    else:
+        skips[reason] = skips.get(reason, 0) + count
+
+
+def _skipped_by(plan: Plan, skipped: int) -> Skips:
+    """The skips reported on this run, by reason (taken from the plan)."""
+    skips = plan.skips
+    plan.skips = None
+    return Skips(skips if skips else {"misfire": skipped})
+
+
+WINDOWS = 64
+"""The most in-flight spans of a task kept for ``Overlap.SKIP`` (the latest): a slot
+is judged against the runs that were in flight since it fell due."""
+
+
+def _busy(plan: Plan, started: Time, finished: Time) -> None:
+    """Remember that a run of the task was in flight over ``(started, finished]``."""
+    windows = plan.windows
+    if windows is None:
+        windows = plan.windows = deque(maxlen=WINDOWS)
+    windows.append((started, finished))
+
+
+def _slot_over(
+    plan: Plan, nxt: Time | None, started: Time, finished: Time, attempt: int
+) -> Time | None:
+    """A slot's last run completed, under a task with scheduling controls: remember
+    when it was in flight (``Overlap.SKIP``), count it toward ``max_runs`` (an extra
+    run is not counted: it leaves the extras), apply the changes that waited for it
+    (:meth:`Engine.update`), end the slot; the next run: ``nxt``, or the first of the
+    extra runs asked for while this one ran."""
+    if plan.overlap_skip and finished > started:
+        _busy(plan, started, finished)
+    if plan.extra_runs:
+        plan.extra_runs -= 1
+    elif plan.max_runs is not None:
+        plan.runs += 1
+    if plan.pending:
+        _apply(plan, plan.pending)
+    if attempt or plan.backlog:
+        _end_slot(plan)
+    if plan.extras:  # extra runs asked for while this one ran go first
+        nxt = _take_extras(plan, nxt)
+    return nxt
+
+
+def _take_extras(plan: Plan, nxt: Time | None) -> Time | None:
+    """The first of the extra runs that waited for the run in flight; the rest, then
+    ``nxt`` (the schedule's next), wait in the backlog. A schedule that just ended
+    (``nxt`` is ``None``) ends the task: its waiting extras are dropped."""
+    extras, plan.extras = plan.extras, None
+    if nxt is None or not extras:
+        return nxt
+    plan.backlog = deque([*extras[1:], nxt, *(plan.backlog or ())])
+    plan.extra_runs += len(extras)
+    plan.nominal = None
+    return extras[0]
+
+
+def _apply(plan: Plan, changes: Mapping[str, object]) -> None:
+    """Set plan attributes (validated by the caller); the changes no longer wait."""
+    for name, value in changes.items():
+        setattr(plan, name, value)
+    plan.pending = None
+    plan.extra = plan.uses_controls()
+
+
+def _end_slot(plan: Plan) -> None:
+    """A slot's last run completed: reset its retries; its next run leaves the backlog."""
+    plan.attempt = 0
+    plan.last_delay = None
+    if plan.backlog:
+        plan.backlog.popleft()
+        plan.rescheduled = False
