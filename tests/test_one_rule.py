@@ -1,0 +1,85 @@
+"""Rules that memory and the stores once stated twice, and answered differently: one
+body now (``rota._checks``, ``rota._types.value_text``), so the same question gets
+the same answer in memory, on a MemoryStore, in SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rota import FixedRate, ManualClock, Once
+from rota.misfire import Misfire
+from rota.observe import source
+
+START = 1_800_000_000
+
+
+def noop(at: float) -> None:
+    pass
+
+
+def refusal(make_sched: Callable[..., Any], call: Callable[[Any], object]) -> tuple[type, str]:
+    sched = make_sched(clock=ManualClock(START))
+    with pytest.raises((TypeError, ValueError)) as caught:
+        call(sched)
+    assert sched.tasks() == []  # nothing changed
+    return type(caught.value), str(caught.value)
+
+
+BAD = {
+    "misfire=42 with Once": lambda s: s.schedule("a", Once(5), noop, misfire=42),
+    "misfire with Once": lambda s: s.schedule("a", Once(5), noop, misfire=Misfire.SKIP),
+    "misfire=42": lambda s: s.schedule("a", FixedRate(5), noop, misfire=42),
+    "max_retries=-1": lambda s: s.schedule("a", FixedRate(5), noop, max_retries=-1),
+    "priority='high'": lambda s: s.schedule("a", FixedRate(5), noop, priority="high"),
+    "jitter=-1": lambda s: s.schedule("a", FixedRate(5), noop, jitter=-1),
+    "max_runs=0": lambda s: s.schedule("a", FixedRate(5), noop, max_runs=0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_arguments_get_one_answer_everywhere(
+    make_sched: Callable[..., Any], case: str
+) -> None:
+    """Before: ``misfire=42`` with ``Once`` was a ValueError in memory and a TypeError
+    on a store (the checks ran in two orders). Types are checked first, everywhere."""
+    kind, message = refusal(make_sched, BAD[case])
+    expected = {
+        "misfire=42 with Once": (TypeError, "misfire must be a rota.misfire.Misfire, got 42"),
+        "misfire with Once": (ValueError, "misfire applies to recurring schedules"),
+        "misfire=42": (TypeError, "misfire must be a rota.misfire.Misfire, got 42"),
+        "max_retries=-1": (ValueError, "max_retries"),
+        "priority='high'": (TypeError, "priority must be an int, got 'high'"),
+        "jitter=-1": (ValueError, "jitter"),
+        "max_runs=0": (ValueError, "max_runs must be >= 1, got 0"),
+    }[case]
+    assert kind is expected[0]
+    assert expected[1] in message
+
+
+VALUES: dict[Any, str] = {"hello": "hello", 42: "42", 1.5: "1.5", True: "true"}
+
+
+@pytest.mark.parametrize("value", ["hello", 42, 1.5, True, ("a", [1])])
+def test_a_runs_value_shows_as_the_same_text_everywhere(
+    make_sched: Callable[..., Any], value: Any
+) -> None:
+    """Before: the dashboard showed a str value as ``'hello'`` in memory and ``hello``
+    from a store (``repr`` in one read model, JSON or the text in the other)."""
+    clock = ManualClock(START)
+    sched = make_sched(clock=clock)
+    made = {"a": [1]} if isinstance(value, tuple) else value
+    expected = '{"a": [1]}' if isinstance(value, tuple) else VALUES[value]
+    seen = source(sched)
+
+    def produce(at: float) -> Any:
+        return made
+
+    sched.schedule("job", Once(at=START + 1), produce)
+    clock.advance(1)
+    (outcome,) = sched.tick(clock())
+    assert outcome.value == made
+    (shown,) = seen.history("job", 1)
+    assert shown.value == expected
