@@ -571,25 +571,11 @@ class LocalTasks(Tasks):
     # interrupt anywhere between the two is seen (design.md, "Interrupts"): hence
     # one long method.
     def tick(self, now: Time) -> list[RunOutcome]:  # noqa: PLR0915
-        """Run every live run due at ``now`` (``at <= now``); return their outcomes.
-
-        Runs go in (time, seq) order, seq being the order runs were queued;
-        runs queued during the tick (retries, next slots, tasks scheduled by
-        actions) that are due at ``now`` run in the same tick, in that order.
-        ``started`` of each outcome is ``now``. Several threads may tick at
-        once: each due run executes exactly once.
-
-        An action raising an ``Exception`` fails its run and nothing else. A
-        ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``),
-        from the action or from a policy, is recorded as the run's failure
-        (not retried) and then propagates; the next ``tick`` goes on with the
-        rest. So does an interrupt that lands anywhere between a run's claim
-        and its completion: a claimed run is always completed.
-
-        Complexity: O(k log n) for k runs, plus the actions.
-
-        Raises ``TypeError`` for a non-number ``now``, ``ValueError`` for NaN
-        or infinity.
+        """What :meth:`rota.Scheduler.tick` documents, in memory: each due run claimed,
+        called and completed on this thread, in (time, seq) order; an interrupt
+        anywhere between a claim and its completion completes the run, then
+        propagates. O(k log n) for k runs, plus the actions. Raises ``TypeError``
+        for a non-number ``now``, ``ValueError`` for NaN or infinity.
         """
         if now.__class__ is not float or now - now:  # a finite float: fast; else checked
             _validate.finite("now", now)
