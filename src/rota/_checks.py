@@ -103,8 +103,8 @@ def controls(
     plan.deadline = None if deadline is None else _validate.delay("deadline", deadline)
     plan.jitter = (None if jitter is None else _validate.delay("jitter", jitter)) or None
     plan.end = _validate.optional_time("end", end)
-    if max_runs is not None and _validate.count("max_runs", max_runs) < 1:
-        raise ValueError(f"max_runs must be >= 1, got {max_runs!r}")
+    if max_runs is not None:
+        _validate.at_least_one("max_runs", max_runs)
     plan.max_runs = max_runs
     if isinstance(when, Once):
         for name, value in (("overlap", overlap), ("end", end), ("max_runs", max_runs)):

@@ -476,11 +476,12 @@ class Scheduler:
         return self._table.pause(task_id)
 
     def is_paused(self, task_id: Hashable) -> bool:
-        """True if the task is unfinished and paused.
+        """True if the task is unfinished and paused (what :meth:`info` says).
 
-        Complexity: O(1).
+        Complexity: O(1) (a store: two reads).
         """
-        return self._table.is_paused(task_id)
+        info = self._table.info(task_id)
+        return info is not None and info.paused
 
     def resume(self, task_id: Hashable) -> bool:
         """Let a paused task run again. ``False`` if it is not paused.
@@ -643,10 +644,7 @@ class Scheduler:
         ``TypeError``/``ValueError`` for a ``limit`` that is not an int >= 1 or
         ``None``.
         """
-        if limit is not None and _validate.count("limit", limit) < 1:
-            raise ValueError(f"limit must be >= 1 or None, got {limit!r}")
-        if after is not None and not isinstance(after, str):
-            raise TypeError(f"after must be a task id (str) or None, got {after!r}")
+        _validate.page(after, limit)
         return self._table.infos(after, limit)
 
     @property

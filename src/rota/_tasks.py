@@ -252,10 +252,6 @@ class Tasks(ABC):
         """The task's status, ``None`` for an unknown id."""
 
     @abstractmethod
-    def is_paused(self, task_id: Hashable) -> bool:
-        """Whether the task is unfinished and paused."""
-
-    @abstractmethod
     def info(self, task_id: Hashable) -> TaskInfo | None:
         """What :meth:`Scheduler.info` shows of the task, ``None`` for an unknown id."""
 
@@ -485,10 +481,6 @@ class LocalTasks(Tasks):
     def status(self, task_id: Hashable) -> Status | None:
         """From the engine (finished tasks: the latest 10,000 at least). O(1)."""
         return self.locked(self.engine.status, task_id)
-
-    def is_paused(self, task_id: Hashable) -> bool:
-        """From the engine. O(1)."""
-        return self.locked(self.engine.is_paused, task_id)
 
     def info(self, task_id: Hashable) -> TaskInfo | None:
         """From the engine (:func:`rota._engine.task_info`). O(1)."""

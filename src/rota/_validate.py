@@ -126,6 +126,26 @@ def count(name: str, value: Any) -> int:
     return value
 
 
+def at_least_one(name: str, value: Any) -> int:
+    """An int >= 1 (not a bool): ``TypeError``/``ValueError`` naming ``name``."""
+    if count(name, value) < 1:
+        raise ValueError(f"{name} must be >= 1, got {value!r}")
+    return int(value)
+
+
+def page(after: Any, limit: Any) -> None:
+    """A page's bounds as ``tasks()``/``listing()`` take them: ``after`` a task id
+    (str) or ``None``, ``limit`` an int >= 1 or ``None`` (``TypeError``/``ValueError``
+    otherwise)."""
+    if limit is not None:
+        if type(limit) is not int:
+            raise TypeError(f"limit must be an int or None, got {_described(limit)}")
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1 or None, got {limit!r}")
+    if after is not None and not isinstance(after, str):
+        raise TypeError(f"after must be a task id (str) or None, got {_described(after)}")
+
+
 def hashable(name: str, value: Any) -> Hashable:
     """A value usable as a dict key (``TypeError`` otherwise)."""
     try:

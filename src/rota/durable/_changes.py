@@ -218,10 +218,9 @@ class StoredChanges(Tasks):
                 old.action, old.spec, old.priority = row.action, row.spec, row.priority
                 return Change(True, row=old)
             task = restore(old, never)
-            stored = row.state["cursor"]
-            schedule: Any = _codec.schedule_from(row.spec["schedule"])
-            cursor = None if stored is None else schedule.resume(stored[0])
-            task.engine.reschedule(task.task_id, cursor, slot_of(row))
+            declared = restore(row, never).plan  # its cursor resumed as every row's is
+            assert declared is not None
+            task.engine.reschedule(task.task_id, declared.cursor, slot_of(row))
             new, requeued = dump(task, keep_lease=old.status in LEASED)
             new.action, new.spec, new.priority = row.action, row.spec, row.priority
             return Change(True, row=new, requeued=requeued)
@@ -380,11 +379,6 @@ class StoredChanges(Tasks):
         """Finished tasks stay until pruned. One read."""
         row = self.get(task_id)
         return None if row is None else self.status_of(row)
-
-    def is_paused(self, task_id: Hashable) -> bool:
-        """One read."""
-        row = self.get(task_id)
-        return row is not None and row.paused and row.status not in FINISHED
 
     def info(self, task_id: Hashable) -> TaskInfo | None:
         """``last_outcome`` from the stored history, its ``error`` a

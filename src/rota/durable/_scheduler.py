@@ -118,8 +118,7 @@ class DurableScheduler(Scheduler):
                 raise TypeError(f"store must be a rota store (with {method}()), got {store!r}")
         lease = _validate.positive("lease", lease)
         poll = _validate.positive("poll", poll)
-        if _validate.count("batch", batch) < 1:
-            raise ValueError(f"batch must be >= 1, got {batch!r}")
+        _validate.at_least_one("batch", batch)
         _validate.count("max_expiries", max_expiries)
         if not isinstance(group_commit, bool):
             raise TypeError(f"group_commit must be a bool, got {group_commit!r}")
@@ -253,10 +252,7 @@ class DurableScheduler(Scheduler):
         the pages show. One query, linear in the rows returned (one more for a page
         that removed tasks left short). Raises as :meth:`tasks` does.
         """
-        if limit is not None and _validate.count("limit", limit) < 1:
-            raise ValueError(f"limit must be >= 1 or None, got {limit!r}")
-        if after is not None and not isinstance(after, str):
-            raise TypeError(f"after must be a task id (str) or None, got {after!r}")
+        _validate.page(after, limit)
         return [
             Entry(
                 self._stored.info_of(row, last),
@@ -291,9 +287,7 @@ class DurableScheduler(Scheduler):
         number or aware datetime, or a ``batch`` that is not a positive int.
         """
         before = _validate.finite("before", before)
-        _validate.count("batch", batch)
-        if batch < 1:
-            raise ValueError(f"batch must be at least 1, got {batch!r}")
+        _validate.at_least_one("batch", batch)
         total = 0
         while True:
             gone = self._store.prune(before, batch)
