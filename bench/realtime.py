@@ -36,7 +36,7 @@ from collections.abc import Callable
 from harness import machine, save
 
 from rota import AsyncRunner, Runner, Scheduler
-from rota._stats import percentile
+from rota._runners.stats import percentile
 
 REPEATS = 3
 LEAD = 0.3  # seconds between scheduling the first timer and its due time

@@ -6,8 +6,8 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
 from rota import RunOutcome, Scheduler
-from rota._engine import Engine
-from rota._tasks import LocalTasks
+from rota._core.engine import Engine
+from rota._scheduling.tasks import LocalTasks
 from rota.durable import DurableScheduler, StoredTasks
 from rota.store import MemoryStore, SQLiteStore, Store
 

@@ -1,5 +1,5 @@
 """Rules that memory and the stores once stated twice, and answered differently: one
-body now (``rota._checks``, ``rota._types.value_text``), so the same question gets
+body now (``rota._core.checks``, ``rota._core.types.value_text``), so the same question gets
 the same answer in memory, on a MemoryStore, in SQLite and on PostgreSQL."""
 
 from __future__ import annotations

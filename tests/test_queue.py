@@ -9,8 +9,9 @@ from collections.abc import Hashable
 
 import pytest
 
-from rota import ManualClock, Scheduler, Status, _queue
-from rota._queue import Entry, RunQueue
+from rota import ManualClock, Scheduler, Status
+from rota._core import queue as _queue
+from rota._core.queue import Entry, RunQueue
 from tests.helpers import check_table, engine_of
 
 

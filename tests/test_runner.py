@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rota import ManualClock, Result, Runner, RunOutcome, Scheduler, Status
-from rota._tasks import LocalTasks
+from rota._scheduling.tasks import LocalTasks
 from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0

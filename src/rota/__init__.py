@@ -18,27 +18,31 @@ Policies have a public module each, re-exported here: :mod:`rota.schedules`
 import importlib as _importlib
 import typing as _typing
 
-from ._calls import RunContext
-from ._clock import ManualClock
-from ._events import Event, EventKind
-from ._scheduler import Scheduler
-from ._stats import Stats, StatsSnapshot
-from ._tasks import Tasks
-from ._types import Result, RunCancelled, RunOutcome, Status, TaskInfo
-from .misfire import Misfire
-from .overlap import Overlap
-from .retry import Backoff, NoRetry, RetryPolicy
-from .schedules import Cursor, FixedDelay, FixedRate, Once, Schedule
+from rota._core.calls import RunContext
+from rota._core.clock import ManualClock
+from rota._core.events import Event, EventKind
+from rota._core.types import Result, RunCancelled, RunOutcome, Status, TaskInfo
+from rota._runners.stats import Stats, StatsSnapshot
+from rota._scheduling.scheduler import Scheduler
+from rota._scheduling.tasks import Tasks
+from rota.misfire import Misfire
+from rota.overlap import Overlap
+from rota.retry import Backoff, NoRetry, RetryPolicy
+from rota.schedules import Cursor, FixedDelay, FixedRate, Once, Schedule
 
 if _typing.TYPE_CHECKING:
-    from ._async import AsyncRunner
-    from ._runner import Runner
-    from .durable import DurableScheduler
+    from rota._runners.aio import AsyncRunner
+    from rota._runners.thread import Runner
+    from rota.durable import DurableScheduler
 
 # The runners pull in threading, logging, concurrent.futures and asyncio, the
 # durable scheduler sqlite3: they are imported on first use, so `import rota`
 # for tests and tick stays light, and in-memory mode never loads store code.
-_LAZY = {"Runner": "._runner", "AsyncRunner": "._async", "DurableScheduler": ".durable"}
+_LAZY = {
+    "Runner": "rota._runners.thread",
+    "AsyncRunner": "rota._runners.aio",
+    "DurableScheduler": "rota.durable",
+}
 
 
 def __getattr__(name: str) -> _typing.Any:

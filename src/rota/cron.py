@@ -42,9 +42,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("rota.cron needs the cron extra: pip install 'rota[cron]'") from exc
 
-from . import _validate
-from ._policy import Cursor
-from ._types import Time
+from rota._core import validate as _validate
+from rota._core.policy import Cursor
+from rota._core.types import Time
 
 _MAX_STEPS = 1000  # cronsim matches looked at for one next_after; a fold is skipped in one step
 _SECOND = timedelta(seconds=1)

@@ -55,7 +55,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rota import RunContext
-from rota._types import epoch_shown
+from rota._core.types import epoch_shown
 from rota.store import redacted
 
 TARGETS = ("celery", "rq", "dramatiq", "arq")

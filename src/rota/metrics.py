@@ -38,7 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector as _PrometheusCollector
 
 from rota import Event, EventKind, Result, RunOutcome, Scheduler, Status
-from rota._types import recorded_result
+from rota._core.types import recorded_result
 from rota.observe import Source, leases_of, source
 from rota.store import redacted
 

@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from typing import Any, NamedTuple, Protocol
 
 from rota import DurableScheduler, Event, EventKind, Scheduler, TaskInfo
-from rota._types import error_text, recorded_result, value_text
+from rota._core.types import error_text, recorded_result, value_text
 from rota.durable import Entry, zone_of
 from rota.report import status_entry
 from rota.store import NodeRow, OutcomeRow, redacted

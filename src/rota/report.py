@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rota import ManualClock, Scheduler, TaskInfo
-from rota._types import error_shown
+from rota._core.types import error_shown
 from rota.schedules import FixedDelay, FixedRate, Once, Schedule
 
 if TYPE_CHECKING:  # the command's plan needs neither

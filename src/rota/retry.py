@@ -27,9 +27,9 @@ import math
 import random
 from typing import Literal
 
-from . import _validate
-from ._policy import RetryPolicy
-from ._types import Time
+from rota._core import validate as _validate
+from rota._core.policy import RetryPolicy
+from rota._core.types import Time
 
 Jitter = Literal["full", "equal", "decorrelated"]
 JITTERS = ("full", "equal", "decorrelated")

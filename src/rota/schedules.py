@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from . import _validate
-from ._policy import Cursor, Schedule, jitter_offset
-from ._types import Time
+from rota._core import validate as _validate
+from rota._core.policy import Cursor, Schedule, jitter_offset
+from rota._core.types import Time
 
 
 class Once:

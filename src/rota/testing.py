@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rota._types import CLAIMED, RELEASED, Status
+from rota._core.types import CLAIMED, RELEASED, Status
 from rota.store import Change, Edit, Known, OutcomeRow, Store, TaskRow
 
 EVERY = Known(names=("act",), broken=())

@@ -69,8 +69,8 @@ def test_the_stores_sql_writes_only_the_statuses_the_transition_table_allows() -
     every status their SQL names is a status."""
     import re
 
-    from rota._task import TRANSITIONS
-    from rota._types import CLAIMED, LEASED, RELEASED, Status
+    from rota._core.task import TRANSITIONS
+    from rota._core.types import CLAIMED, LEASED, RELEASED, Status
     from rota.store import _base
 
     source = "".join(

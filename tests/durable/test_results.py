@@ -1,8 +1,8 @@
 """Every result a store can record reads back through everything that shows it.
 
 A store records one of ``ok``, ``retry``, ``failed`` and ``cancelled`` (a failed
-run that a cancel ended: :func:`rota._types.recorded_result` decides which), read
-back as a :class:`rota.Result` by :func:`rota._types.result_of`.
+run that a cancel ended: :func:`rota._core.types.recorded_result` decides which), read
+back as a :class:`rota.Result` by :func:`rota._core.types.result_of`.
 Before, a job whose latest run was ``cancelled`` (an ``overlap = "replace"``
 run, or a cancelled job brought back) broke ``info``, ``status``, ``check`` and
 five dashboard routes (``'cancelled' is not a valid Result``) until its next run.
@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rota import DurableScheduler, FixedRate, ManualClock, RunCancelled, Status
-from rota._types import RECORDED, result_of
+from rota._core.types import RECORDED, result_of
 from rota.store import SQLiteStore
 from tests.helpers import make_store
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from rota import DurableScheduler, ManualClock, Misfire, Status
-from rota._task import Run
+from rota._core.task import Run
 from rota.durable._commit import Completion
 from rota.durable._rows import Held
 from rota.store import MemoryStore

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rota import AsyncRunner, ManualClock, Result, Runner, Scheduler, Status
-from rota._tasks import LocalTasks
+from rota._scheduling.tasks import LocalTasks
 from tests.helpers import Collector, rows
 
 TIMEOUT = 10.0
@@ -282,7 +282,7 @@ class FlakyClock:
 def test_a_clock_raising_once_neither_kills_the_runner_nor_strands_a_run(
     read: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rota._runner.CLOCK_RETRY", 0.01)
+    monkeypatch.setattr("rota._runners.thread.CLOCK_RETRY", 0.01)
     clock = FlakyClock({read})
     s = Scheduler(clock=clock)
     s.schedule_once("a", 0, ok)
@@ -416,7 +416,7 @@ def test_a_dispatcher_that_ends_makes_run_forever_raise(monkeypatch: pytest.Monk
 
     s = Scheduler(clock=ManualClock(0))
     monkeypatch.setattr(LocalTasks, "wake_time", broken)
-    monkeypatch.setattr("rota._runner.CLOCK_RETRY", 0.01)
+    monkeypatch.setattr("rota._runners.thread.CLOCK_RETRY", 0.01)
     with pytest.raises(Bug, match="escaped"):
         Runner(s).run_forever(signals=False)
     assert looks == 3

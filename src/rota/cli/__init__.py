@@ -27,10 +27,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rota import __version__
-from rota.cli._common import CliError
-from rota.cli._jobfile import JobFileError
-from rota.cli._secrets import ScrubFormatter, hide, scrub
-from rota.cli._subcommands import (
+from rota.store import StoreError
+
+from ._common import CliError
+from ._jobfile import JobFileError
+from ._secrets import ScrubFormatter, hide, scrub
+from ._subcommands import (
     DEFAULT_STORE,
     _backfill,
     _check,
@@ -42,7 +44,6 @@ from rota.cli._subcommands import (
     _status,
     _web,
 )
-from rota.store import StoreError
 
 WORKERS = 32
 """``rota run``'s default ``--workers``: a command job's worker thread mostly waits on

@@ -23,8 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from rota._calls import RunContext
-from rota._types import epoch_shown
+from rota._core.calls import RunContext
+from rota._core.types import epoch_shown
 from rota.durable import GivenBack, RunCancelled
 
 TAIL = 2000

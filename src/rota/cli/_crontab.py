@@ -23,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from rota.cli._jobfile import JobFileError
 from rota.cron import MACROS
+
+from ._jobfile import JobFileError
 
 _ENV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
 

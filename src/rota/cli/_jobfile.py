@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from rota._policy import Schedule
+from rota._core.policy import Schedule
 from rota.durable import json_value, resolve_path
 from rota.misfire import Misfire
 from rota.overlap import MODES, Overlap
@@ -600,7 +600,7 @@ def _json(value: Any, what: str, kind: type) -> Any:
 
 
 def _check_call(function: Any, args: Any, kwargs: Any, what: str) -> None:
-    from rota._calls import prepare
+    from rota._core.calls import prepare
 
     try:
         prepare(function, args, kwargs)

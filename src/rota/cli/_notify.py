@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rota import Event, Result, RunOutcome
-from rota.cli._jobfile import Job
 from rota.durable import DurableScheduler, GivenBack, RunCancelled
+
+from ._jobfile import Job
 
 log = logging.getLogger("rota.notify")
 

@@ -14,7 +14,8 @@ to succeed (no retries).
 from __future__ import annotations
 
 from rota import ManualClock, Scheduler
-from rota.cli._jobfile import Job
+
+from ._jobfile import Job
 
 MAX_RUNS = 100_000
 """The most runs one plan lists (a window of years over a per-second job is cut)."""

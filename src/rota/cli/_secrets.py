@@ -12,10 +12,11 @@ import logging
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from rota.cli._command import CommandError
 from rota.durable import GivenBack, RunCancelled
 from rota.handoff import HandoffError
 from rota.store import redacted
+
+from ._command import CommandError
 
 _hidden: set[str] = set()
 

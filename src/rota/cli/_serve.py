@@ -20,14 +20,15 @@ from types import FrameType
 from typing import Any
 
 from rota import EventKind, Runner, Status
-from rota.cli import _command
-from rota.cli._common import CliError, bind
-from rota.cli._jobfile import COMMAND, Job, JobFileError
-from rota.cli._notify import Notifier
-from rota.cli._secrets import ScrubFormatter
 from rota.durable import DurableScheduler, Entry, removed, resolve_path
 from rota.report import WAITING, first_line, job_zone, printable, ran_at
 from rota.store import StoreError
+
+from . import _command
+from ._common import CliError, bind
+from ._jobfile import COMMAND, Job, JobFileError
+from ._notify import Notifier
+from ._secrets import ScrubFormatter
 
 log = logging.getLogger("rota.cli")
 

@@ -13,9 +13,7 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rota._types import FINISHED, error_shown
-from rota.cli._common import CliError, bind
-from rota.cli._jobfile import duration, instant, load, zone
+from rota._core.types import FINISHED, error_shown
 from rota.report import (
     grace,
     history_entry,
@@ -29,6 +27,9 @@ from rota.report import (
     time_shown,
 )
 from rota.store import StoreError, open_store, redacted
+
+from ._common import CliError, bind
+from ._jobfile import duration, instant, load, zone
 
 if TYPE_CHECKING:
     from rota.durable import DurableScheduler, Entry
@@ -77,7 +78,7 @@ def _when(value: str, base: float, what: str) -> float:
 
 
 def _plan_command(args: argparse.Namespace) -> int:
-    from rota.cli._plan import plan
+    from ._plan import plan
 
     jobs = load(args.jobfile, imports=False)  # plan runs no code of the user's
     start = _when(args.start, time.time(), "--from")
@@ -113,7 +114,7 @@ def _plan_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rota.cli._serve import serve
+    from ._serve import serve
 
     listen = None if args.web is None else _listen(args.web, "--web", args.token)
     jobs = load(args.jobfile)
@@ -350,7 +351,7 @@ def _problem(sched: DurableScheduler, entry: Entry, now: float) -> tuple[str, st
 
 def _import_crontab(args: argparse.Namespace) -> int:
     """``rota import-crontab FILE``: the equivalent job file, on stdout."""
-    from rota.cli._crontab import convert
+    from ._crontab import convert
 
     sys.stdout.write(convert(args.crontab, system=args.system))
     return 0

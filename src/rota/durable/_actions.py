@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
-from rota import _validate
+from rota._core import validate as _validate
 from rota.store import Known
 
 from . import _codec

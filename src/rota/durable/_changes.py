@@ -1,11 +1,8 @@
-"""The API half of a store's table: what :class:`~rota.Scheduler`'s methods ask of
-tasks kept in a store (add, declare, change, read), each one store transaction.
-
-Every change restores the task's row into an engine, applies the engine's own
-operation (the rule is the engine's, once) and dumps the row again; reads turn a
-row into what ``info`` shows by the engine's one rule (:func:`rota._engine.task_info`).
-:class:`~rota.durable.StoredTasks` adds the runner half to this.
-"""
+"""The API half of a store's table (add, declare, change, read), each one store
+transaction: a change restores the task's row into an engine, applies the engine's
+own operation and dumps the row; a read shows a row by the engine's one rule
+(:func:`rota._core.task.task_info`). :class:`~rota.durable.StoredTasks` adds the
+runner half."""
 
 from __future__ import annotations
 
@@ -14,19 +11,40 @@ from abc import abstractmethod
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
-from rota import _validate
-from rota._calls import prepare
-from rota._checks import check_stoppable, slots_in
-from rota._events import Event, EventKind
-from rota._policy import Cursor, Plan, RetryPolicy, Schedule
-from rota._task import task_info
-from rota._tasks import Tasks
-from rota._types import FINISHED, LEASED, NO_SKIPS, RunOutcome, Status, TaskInfo, Time, result_of
+from rota._core import validate as _validate
+from rota._core.calls import prepare
+from rota._core.checks import check_stoppable, slots_in
+from rota._core.events import Event, EventKind
+from rota._core.policy import Cursor, Plan, RetryPolicy, Schedule
+from rota._core.task import task_info
+from rota._core.types import (
+    FINISHED,
+    LEASED,
+    NO_SKIPS,
+    RunOutcome,
+    Status,
+    TaskInfo,
+    Time,
+    result_of,
+)
+from rota._scheduling.tasks import Tasks
 from rota.store import Change, OutcomeRow, Store, StoreError, TaskRow
 
 from . import _codec
 from ._actions import Actions
-from ._rows import Held, dump, never, new_row, overlap_spec, restore, slot_of, spec_of, value_from
+from ._rows import (
+    Held,
+    StoredError,
+    dump,
+    never,
+    new_row,
+    overlap_spec,
+    removed,
+    restore,
+    slot_of,
+    spec_of,
+    value_from,
+)
 
 
 class Stored(NamedTuple):
@@ -35,11 +53,6 @@ class Stored(NamedTuple):
 
     name: str
     spec: dict[str, Any]
-
-
-class StoredError(Exception):
-    """A run's error as read back from a store: its text (the exception itself stayed
-    in the process that ran it)."""
 
 
 class StoredChanges(Tasks):
@@ -415,7 +428,7 @@ class StoredChanges(Tasks):
 
     def info_of(self, row: TaskRow, o: OutcomeRow | None) -> TaskInfo:
         """What ``info`` shows of a stored task, ``o`` its latest outcome: built by the
-        one rule the in-memory table uses (:func:`rota._engine.task_info`). O(1)."""
+        one rule the in-memory table uses (:func:`rota._core.engine.task_info`). O(1)."""
         status = self.status_of(row)
         outcome = None
         if o is not None and status not in FINISHED:
@@ -434,10 +447,3 @@ class StoredChanges(Tasks):
             row.task_id, status, row.paused, due, schedule, row.state.get("attempt", 0),
             row.due if row.unreadable else slot_of(row), outcome,
         )  # fmt: skip
-
-
-def removed(row: TaskRow) -> bool:
-    """Whether a task was withdrawn by :meth:`DurableScheduler.remove` (a job its file
-    no longer declares) and not declared again since. O(1)."""
-    spec = row.spec
-    return row.status == Status.CANCELLED and isinstance(spec, dict) and bool(spec.get("removed"))

@@ -8,8 +8,8 @@ from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rota._task import Run
-from rota._types import (
+from rota._core.task import Run
+from rota._core.types import (
     Time,
 )
 from rota.store import Change, TaskRow

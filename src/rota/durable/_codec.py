@@ -14,8 +14,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from rota._policy import RetryPolicy, Schedule
-from rota._types import Time
+from rota._core.policy import RetryPolicy, Schedule
+from rota._core.types import Time
 from rota.retry import Backoff, NoRetry
 from rota.schedules import FixedDelay, FixedRate, Once
 from rota.store import StoreError

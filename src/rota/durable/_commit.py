@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from rota._task import Run
-from rota._types import RunOutcome
+from rota._core.task import Run
+from rota._core.types import RunOutcome
 from rota.store import Change, Edit, Store
 
 from ._rows import Held

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from rota._task import Run, run_at, run_slot
-from rota._types import (
+from rota._core.task import Run, run_at, run_slot
+from rota._core.types import (
     Action,
     GivenBack,
     Result,

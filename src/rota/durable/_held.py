@@ -13,8 +13,8 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
-from rota._task import Run, Task
-from rota._types import (
+from rota._core.task import Run, Task
+from rota._core.types import (
     CLAIMED,
     FINISHED,
     Status,

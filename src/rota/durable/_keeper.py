@@ -8,8 +8,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from rota import _validate
-from rota._types import (
+from rota._core import validate as _validate
+from rota._core.types import (
     Status,
     Time,
 )

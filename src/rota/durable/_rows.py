@@ -15,12 +15,12 @@ import json
 from collections import deque
 from typing import Any
 
-from rota._checks import OVERLAP_ATTRIBUTES
-from rota._controls import WINDOWS
-from rota._engine import Engine
-from rota._policy import Plan, RetryPolicy, Schedule, jitter_offset
-from rota._task import Task, run_state
-from rota._types import (
+from rota._core.checks import OVERLAP_ATTRIBUTES
+from rota._core.controls import WINDOWS
+from rota._core.engine import Engine
+from rota._core.policy import Plan, RetryPolicy, Schedule, jitter_offset
+from rota._core.task import Task, run_state
+from rota._core.types import (
     FINISHED,
     Action,
     RunOutcome,
@@ -71,9 +71,9 @@ def restore(
 ) -> Held:
     """Rebuild the task a row describes, in ``status`` (default: the row's), adopted
     by ``engine`` (an engine of one task that knows none now: see
-    :meth:`~rota._engine.Engine.reset`), or a new one. O(1); a concurrent task
+    :meth:`~rota._core.engine.Engine.reset`), or a new one. O(1); a concurrent task
     (``Overlap.allow(n)``, ``REPLACE``) is rebuilt with its runs in flight, due again
-    with ``again`` (see :meth:`~rota._engine.Engine.adopt_runs`): O(runs).
+    with ``again`` (see :meth:`~rota._core.engine.Engine.adopt_runs`): O(runs).
 
     Raises what decoding a stored spec raises (:class:`~rota.store.StoreError`
     for an unknown kind, ``ImportError`` for a ``retry_on`` type no longer there).
@@ -221,7 +221,7 @@ def _attributes(spec: dict[str, Any]) -> list[str]:
 
 
 def spec_of(found: dict[str, object]) -> dict[str, Any]:
-    """Plan attributes (what :func:`rota._scheduler.changes` gives) as the spec
+    """Plan attributes (what :func:`rota._scheduling.scheduler.changes` gives) as the spec
     fragment that stores them; ``priority`` included (a column, not in the spec).
     Raises ``TypeError`` for a retry policy or ``retry_on`` a store cannot keep."""
     fragment: dict[str, Any] = {}
@@ -402,7 +402,7 @@ def new_row(
     first: Time,
 ) -> TaskRow:
     """The row of a task just scheduled, its first run at ``first`` (started
-    :func:`~rota._policy.jitter_offset` later if the task is jittered)."""
+    :func:`~rota._core.policy.jitter_offset` later if the task is jittered)."""
     plan.slot = due = first
     if plan.jitter:
         plan.nominal = first
@@ -416,3 +416,15 @@ def never(at: Time) -> None:
     """The action of a task restored only to be changed (a scheduling call, a
     completion decided again): it must never run."""
     raise RuntimeError("rota: a task restored only to be changed was run")
+
+
+class StoredError(Exception):
+    """A run's error as read back from a store: its text (the exception itself stayed
+    in the process that ran it)."""
+
+
+def removed(row: TaskRow) -> bool:
+    """Whether a task was withdrawn by :meth:`DurableScheduler.remove` (a job its file
+    no longer declares) and not declared again since. O(1)."""
+    spec = row.spec
+    return row.status == Status.CANCELLED and isinstance(spec, dict) and bool(spec.get("removed"))

@@ -12,10 +12,10 @@ from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
-from rota import _validate
-from rota._policy import RetryOn, RetryPolicy, Schedule
-from rota._scheduler import MONOTONIC_CLOCKS, Clock, Scheduler
-from rota._types import TaskInfo, Time
+from rota._core import validate as _validate
+from rota._core.policy import RetryOn, RetryPolicy, Schedule
+from rota._core.types import TaskInfo, Time
+from rota._scheduling.scheduler import MONOTONIC_CLOCKS, Clock, Scheduler
 from rota.misfire import Misfire
 from rota.overlap import Overlap
 from rota.store import OutcomeRow, Store, TaskRow

@@ -14,13 +14,13 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from rota import _validate
-from rota._policy import RetryPolicy
-from rota._tasks import fatal
-from rota._types import (
+from rota._core import validate as _validate
+from rota._core.policy import RetryPolicy
+from rota._core.types import (
     RunOutcome,
     Time,
 )
+from rota._scheduling.tasks import fatal
 from rota.store import Store
 
 from ._actions import Actions

@@ -11,10 +11,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from rota._calls import Bound, prepare
-from rota._engine import Engine
-from rota._task import Run, Task, raiser, run_at
-from rota._types import (
+from rota._core.calls import Bound, prepare
+from rota._core.engine import Engine
+from rota._core.task import Run, Task, raiser, run_at
+from rota._core.types import (
     RELEASED,
     Action,
     Status,

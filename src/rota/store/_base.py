@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from rota._types import CLAIMED, FINISHED, LEASED, NO_SKIPS, Skips, Status, Time, sql_set
+from rota._core.types import CLAIMED, FINISHED, LEASED, NO_SKIPS, Skips, Status, Time, sql_set
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ OUTCOME_COLUMNS = (
 
 SCHEDULED, RUNNING = str(Status.SCHEDULED), str(CLAIMED)
 """The status strings stores write: a claimable run, and a claimed one (see
-:data:`rota._types.CLAIMED`, which every store's claim and takeover write)."""
+:data:`rota._core.types.CLAIMED`, which every store's claim and takeover write)."""
 LEASED_SQL = sql_set(LEASED)
 FINISHED_SQL = sql_set(FINISHED)
 """The leased and final statuses as SQL list literals, from their one definition."""

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from rota._types import FINISHED, LEASED, Time
+from rota._core.types import FINISHED, LEASED, Time
 
 from ._base import (
     RUNNING,

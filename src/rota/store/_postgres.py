@@ -35,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "rota.store.PostgresStore needs the postgres extra: pip install 'rota[postgres]'"
     ) from exc
 
-from rota._types import Time
+from rota._core.types import Time
 
 from ._base import COLUMNS as _COLUMNS
 from ._base import (

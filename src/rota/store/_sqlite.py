@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
-from rota._types import Time
+from rota._core.types import Time
 
 from ._base import COLUMNS as _COLUMNS
 from ._base import (

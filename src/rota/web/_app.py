@@ -31,7 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from rota._types import error_shown
+from rota._core.types import error_shown
 from rota.metrics import Collector
 from rota.observe import OPERATIONS, Source, status_json
 from rota.report import (

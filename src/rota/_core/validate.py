@@ -11,7 +11,7 @@ from collections.abc import Hashable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from ._types import Time
+from .types import Time
 
 T = TypeVar("T")
 

@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from ._driver import CLOCK_RETRY, NO_FAULT, Driver, OnOutcome, logger
-from ._scheduler import Scheduler
-from ._task import Task
-from ._types import Time
+from rota._core.task import Task
+from rota._core.types import Time
+from rota._scheduling.scheduler import Scheduler
+
+from .driver import CLOCK_RETRY, NO_FAULT, Driver, OnOutcome, logger
 
 MAX_SLEEP = 86_400.0
 """The longest the dispatcher sleeps in one wait (real seconds): below

@@ -23,7 +23,7 @@ exception is asked for by name: a task under ``Overlap.allow(n)`` or
 ``Overlap.REPLACE`` has runs of its own (:class:`Run`) beside it.
 
 Policies (retry delays, misfire handling, schedules, priorities, pause) live
-in a task's :class:`~rota._policy.Plan`; a task with the contract's
+in a task's :class:`~rota._core.policy.Plan`; a task with the contract's
 defaults has none, and its hot path does not look further. Policy objects are
 called under the scheduler's lock and are expected to be quick and pure.
 Whatever one does - raise an ``Exception`` or a ``BaseException``, or
@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 
-from ._controls import (
+from .controls import (
     Controls,
     _apply,
     _busy,
@@ -46,9 +46,9 @@ from ._controls import (
     _skipped_by,
     _slot_over,
 )
-from ._policy import Cursor, Plan, RetryPolicy, jitter_offset
-from ._queue import RunQueue
-from ._task import (
+from .policy import Cursor, Plan, RetryPolicy, jitter_offset
+from .queue import RunQueue
+from .task import (
     CANCELLED,
     DONE,
     FAILED,
@@ -68,7 +68,7 @@ from ._task import (
     run_at,
     task_info,
 )
-from ._types import (
+from .types import (
     FINISHED,
     NO_SKIPS,
     UNFINISHED,
@@ -80,7 +80,7 @@ from ._types import (
     TaskInfo,
     Time,
 )  # fmt: skip
-from ._validate import LIMIT, PLAIN, time_from
+from .validate import LIMIT, PLAIN, time_from
 
 HISTORY = 10_000
 """Finished tasks whose status stays queryable; the oldest is forgotten first.

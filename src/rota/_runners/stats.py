@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ._types import NO_SKIPS, Result, RunOutcome, Skips, Time
+from rota._core.types import NO_SKIPS, Result, RunOutcome, Skips, Time
 
 WINDOW = 1024
 """Recent runs whose lag the percentiles are taken over: enough for a stable p99,

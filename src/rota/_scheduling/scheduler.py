@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 from types import FunctionType
 from typing import Any, TypedDict, TypeVar, Unpack
 
-from . import _validate
-from ._calls import Bound
-from ._checks import (
+from rota._core import validate as _validate
+from rota._core.calls import Bound
+from rota._core.checks import (
     backfill_overlap,
     changes,
     check_end,
@@ -20,15 +20,16 @@ from ._checks import (
     task_plan,
     window,
 )
-from ._engine import Engine
-from ._events import EventKind, Listener
-from ._policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
-from ._tasks import LocalTasks, Tasks
-from ._types import RunOutcome, Status, TaskInfo, Time
-from ._validate import LIMIT, PLAIN, time_from
-from .misfire import Misfire
-from .overlap import Overlap
-from .schedules import FixedRate, Once
+from rota._core.engine import Engine
+from rota._core.events import EventKind, Listener
+from rota._core.policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
+from rota._core.types import RunOutcome, Status, TaskInfo, Time
+from rota._core.validate import LIMIT, PLAIN, time_from
+from rota.misfire import Misfire
+from rota.overlap import Overlap
+from rota.schedules import FixedRate, Once
+
+from .tasks import LocalTasks, Tasks
 
 Clock = Callable[[], Time]
 T = TypeVar("T")
@@ -360,7 +361,7 @@ class Scheduler:
         policies: tuple[Any, Any, Any, Any, Any],
         control: tuple[Any, Any, Any, Any, Any],
     ) -> tuple[Any, Plan, Time]:
-        """Check a new task's arguments (the one sequence, :func:`rota._checks.task_plan`,
+        """Check a new task's arguments (the one sequence, :func:`rota._core.checks.task_plan`,
         then what its table needs) and bind its schedule: its action as the table
         keeps it, its plan and its first run time. ``policies`` is ``(max_retries,
         retry, retry_on, misfire, priority)``, ``control`` ``(overlap, deadline,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from types import CodeType, FunctionType
 from typing import Any, NamedTuple
 
-from ._types import Action, Time
+from .types import Action, Time
 
 SHAPES: dict[int, tuple[CodeType, bool]] = {}
 """Plain functions whose ``action(at)`` call binds: ``id(code) -> (code, wants run)``.

@@ -32,7 +32,7 @@ from collections.abc import Hashable, Mapping
 from heapq import heapify, heappop, heappush
 from typing import Generic, Protocol, TypeAlias, TypeVar
 
-from ._types import Time
+from .types import Time
 
 Entry: TypeAlias = tuple[Time, int, Hashable]
 """``(at, order, task_id)``."""
@@ -165,7 +165,7 @@ class RunQueue(Generic[OwnerT]):
     def _repair(self, live: list[Entry]) -> None:
         """Put back the ``live`` entries missing from the heap and recount ``stale``. O(n log n).
 
-        For the engine's :meth:`~rota._engine.Engine._repair`, after an
+        For the engine's :meth:`~rota._core.engine.Engine._repair`, after an
         operation was cut short between a heap change and its bookkeeping.
         """
         present = {id(entry) for entry in self._heap}

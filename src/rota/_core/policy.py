@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
-from ._types import Time
+from .types import Time
 
 
 @runtime_checkable

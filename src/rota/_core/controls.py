@@ -2,7 +2,7 @@
 (``SKIP``, ``allow(n)``, ``REPLACE``: a concurrent task's runs of their own),
 ``deadline``, ``end`` and ``max_runs``, and the slots they skip and count.
 
-:class:`Controls` is the part of :class:`~rota._engine.Engine` that decides them;
+:class:`Controls` is the part of :class:`~rota._core.engine.Engine` that decides them;
 the engine calls it only for a task whose plan uses a control (``plan.extra``), so
 the contract's hot paths never enter this module.
 """
@@ -13,9 +13,11 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from ._policy import Plan, jitter_offset
-from ._queue import RunQueue
-from ._task import (
+from rota.schedules import FixedDelay, Once
+
+from .policy import Plan, jitter_offset
+from .queue import RunQueue
+from .task import (
     DONE,
     FAILED,
     OK,
@@ -33,7 +35,7 @@ from ._task import (
     run_at,
     run_slot,
 )
-from ._types import (
+from .types import (
     FINISHED,
     NO_SKIPS,
     Action,
@@ -43,13 +45,12 @@ from ._types import (
     Status,
     Time,
 )  # fmt: skip
-from ._validate import LIMIT
-from .schedules import FixedDelay, Once
+from .validate import LIMIT
 
 
 class Controls:
     """The engine's decisions for tasks with scheduling controls (a mixin of
-    :class:`~rota._engine.Engine`, whose fields and decisions it uses: below)."""
+    :class:`~rota._core.engine.Engine`, whose fields and decisions it uses: below)."""
 
     __slots__ = ("_follow", "_queue", "_tasks", "_waiting", "stops")
 
@@ -515,7 +516,7 @@ class Controls:
         self, task_id: Hashable, found: Mapping[str, object], action: Action | None = None
     ) -> bool:
         """Change an unfinished task's options in place: plan attributes ``found``
-        (validated by the caller, see :func:`rota._scheduler.changes`) and, if
+        (validated by the caller, see :func:`rota._scheduling.scheduler.changes`) and, if
         given, its ``action`` (new arguments). A run in flight finishes as it began:
         the changes wait for it to end, then apply to the runs after it. A new
         priority re-queues a scheduled run. ``False`` if unknown or finished.

@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable
 from enum import StrEnum
 from typing import NamedTuple
 
-from ._types import Result, RunOutcome, Time
+from .types import Result, RunOutcome, Time
 
 logger = logging.getLogger("rota.events")
 

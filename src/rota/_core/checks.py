@@ -11,13 +11,14 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import _validate
-from ._calls import Bound
-from ._policy import Cursor, Plan, RetryOn, RetryPolicy
-from ._types import Time
-from .misfire import Misfire
-from .overlap import Overlap
-from .schedules import FixedDelay, FixedRate, Once
+from rota.misfire import Misfire
+from rota.overlap import Overlap
+from rota.schedules import FixedDelay, FixedRate, Once
+
+from . import validate as _validate
+from .calls import Bound
+from .policy import Cursor, Plan, RetryOn, RetryPolicy
+from .types import Time
 
 UPDATABLE = (
     "max_retries", "retry", "retry_on", "misfire", "overlap", "deadline", "jitter",

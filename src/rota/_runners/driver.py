@@ -32,14 +32,15 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
-from . import _validate
-from ._events import Event, EventKind
-from ._scheduler import Scheduler
-from ._stats import Stats, StatsSnapshot
-from ._task import Task, run_at
-from ._tasks import fatal
-from ._types import GivenBack, RunOutcome, Time, epoch_shown, recorded_result
-from ._validate import time_from
+from rota._core import validate as _validate
+from rota._core.events import Event, EventKind
+from rota._core.task import Task, run_at
+from rota._core.types import GivenBack, RunOutcome, Time, epoch_shown, recorded_result
+from rota._core.validate import time_from
+from rota._scheduling.scheduler import Scheduler
+from rota._scheduling.tasks import fatal
+
+from .stats import Stats, StatsSnapshot
 
 logger = logging.getLogger("rota.runner")
 """Runner life: starts, stops, fatal errors, clock and executor faults."""

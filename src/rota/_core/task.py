@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from ._policy import Plan
-from ._queue import Entry
-from ._types import (
+from rota.schedules import Once
+
+from .policy import Plan
+from .queue import Entry
+from .types import (
     FINISHED,
     Action,
     Result,
@@ -17,8 +19,7 @@ from ._types import (
     TaskInfo,
     Time,
 )  # fmt: skip
-from ._validate import time_from
-from .schedules import Once
+from .validate import time_from
 
 SCHEDULED, QUEUED, RUNNING = Status.SCHEDULED, Status.QUEUED, Status.RUNNING
 DONE, FAILED, CANCELLED = Status.DONE, Status.FAILED, Status.CANCELLED

@@ -19,14 +19,14 @@ from collections.abc import Callable, Hashable
 from types import FunctionType
 from typing import Any, TypeVar
 
-from . import _validate
-from ._calls import Bound, prepare
-from ._checks import check_stoppable, slots_in, stoppable_action
-from ._engine import Engine
-from ._events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
-from ._policy import Cursor, Plan, Schedule
-from ._task import Task, run_at
-from ._types import Action, RunOutcome, Status, TaskInfo, Time
+from rota._core import validate as _validate
+from rota._core.calls import Bound, prepare
+from rota._core.checks import check_stoppable, slots_in, stoppable_action
+from rota._core.engine import Engine
+from rota._core.events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
+from rota._core.policy import Cursor, Plan, Schedule
+from rota._core.task import Task, run_at
+from rota._core.types import Action, RunOutcome, Status, TaskInfo, Time
 
 T = TypeVar("T")
 _RUN_STARTED, _RUN_SKIPPED = EventKind.RUN_STARTED, EventKind.RUN_SKIPPED  # hot paths' constants
@@ -240,7 +240,7 @@ class Tasks(ABC):
 
     @abstractmethod
     def update(self, task_id: Hashable, found: dict[str, object], options: Any) -> bool:
-        """Set the plan attributes ``found`` (:func:`rota._scheduler.changes`) and the
+        """Set the plan attributes ``found`` (:func:`rota._scheduling.scheduler.changes`) and the
         ``args``/``kwargs`` of ``options``, if there, on an unfinished task."""
 
     @abstractmethod
@@ -307,7 +307,7 @@ class Tasks(ABC):
 
 
 class LocalTasks(Tasks):
-    """The in-memory table: the deterministic :class:`~rota._engine.Engine` under the
+    """The in-memory table: the deterministic :class:`~rota._core.engine.Engine` under the
     scheduler's lock. Its hot paths build nothing per run: a claimed run is the
     engine's own task."""
 
@@ -341,7 +341,7 @@ class LocalTasks(Tasks):
         self, task_id: Hashable, action: Any, args: Any, kwargs: Any, plan: Plan | None
     ) -> Action:
         """Any hashable id; any callable, its call shape checked now
-        (:func:`rota._calls.prepare`, cached: O(1)). ``TypeError`` otherwise."""
+        (:func:`rota._core.calls.prepare`, cached: O(1)). ``TypeError`` otherwise."""
         _validate.hashable("task_id", task_id)
         _validate.callable_("action", action)
         if plan is not None and plan.replace:
@@ -465,7 +465,7 @@ class LocalTasks(Tasks):
         return self.locked(change)
 
     def backfill(self, task_id: Hashable, low: Time, high: Time, idle_only: bool) -> int:
-        """Queue its slots in ``[low, high)`` (:func:`rota._checks.slots_in`).
+        """Queue its slots in ``[low, high)`` (:func:`rota._core.checks.slots_in`).
         O(k log n) for k slots."""
         engine = self.engine
 
@@ -483,7 +483,7 @@ class LocalTasks(Tasks):
         return self.locked(self.engine.status, task_id)
 
     def info(self, task_id: Hashable) -> TaskInfo | None:
-        """From the engine (:func:`rota._engine.task_info`). O(1)."""
+        """From the engine (:func:`rota._core.engine.task_info`). O(1)."""
         return self.locked(self.engine.info, task_id)
 
     def infos(self, after: str | None, limit: int | None) -> list[TaskInfo]:

@@ -6,8 +6,8 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from . import _validate
-from ._types import Time
+from . import validate as _validate
+from .types import Time
 
 
 class ManualClock:

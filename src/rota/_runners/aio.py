@@ -11,11 +11,12 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from ._driver import CLOCK_RETRY, NO_FAULT, Driver, OnOutcome, logger
-from ._events import Event, EventKind
-from ._scheduler import Scheduler
-from ._task import Task, run_at
-from ._types import RunCancelled, RunOutcome, Status, Time
+from rota._core.events import Event, EventKind
+from rota._core.task import Task, run_at
+from rota._core.types import RunCancelled, RunOutcome, Status, Time
+from rota._scheduling.scheduler import Scheduler
+
+from .driver import CLOCK_RETRY, NO_FAULT, Driver, OnOutcome, logger
 
 CANCEL_GRACE = 1.0
 """Real seconds a coroutine cancelled at shutdown has to unwind; one that
