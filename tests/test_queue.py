@@ -96,6 +96,24 @@ def test_compaction_keeps_garbage_within_live_plus_slack() -> None:
     assert len(queue._heap) <= 100 + 100 + 3
 
 
+def test_popping_live_entries_keeps_garbage_within_live_plus_slack() -> None:
+    """Found by the model test: two stale entries and two live ones, the live ones
+    run: garbage was left at twice the live count plus the slack (invariant 4 held
+    only after discards; a pop lowers the live count too)."""
+    queue, owners = make_queue()
+    queue._slack = 1
+    for i in range(4):
+        owners[i] = Owner()
+        owners[i].entry = queue.push(10 + i, i)
+    for i in (2, 3):  # the later two cancelled: stale, behind the live ones
+        del owners[i]
+        queue.discard()
+    for i in (0, 1):
+        assert queue.pop_due(100) is not None
+        del owners[i]
+        queue._check()
+
+
 def test_check_catches_a_broken_heap() -> None:
     queue, owners = make_queue()
     for i in range(3):

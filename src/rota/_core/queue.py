@@ -99,9 +99,14 @@ class RunQueue(Generic[OwnerT]):
         """
         self._stale += 1
         if self._stale > len(self._heap) - self._stale + self._slack:
-            self._heap = [entry for entry in self._heap if self._is_live(entry)]
-            heapify(self._heap)
-            self._stale = 0
+            self._compact()
+
+    def _compact(self) -> None:
+        """Keep only the live entries. O(n), paid for by the discards (or pops) that
+        put garbage over its bound."""
+        self._heap = [entry for entry in self._heap if self._is_live(entry)]
+        heapify(self._heap)
+        self._stale = 0
 
     def _is_live(self, entry: Entry) -> bool:
         try:
@@ -157,6 +162,9 @@ class RunQueue(Generic[OwnerT]):
                 self._stale -= 1
             elif entry[0] <= now:
                 heappop(heap)
+                # One live entry fewer: the garbage bound (invariant 4) is kept here too
+                if self._stale > len(heap) - self._stale + self._slack:
+                    self._compact()
                 return owner
             else:
                 return None
