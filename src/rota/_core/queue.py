@@ -163,7 +163,9 @@ class RunQueue(Generic[OwnerT]):
             elif entry[0] <= now:
                 heappop(heap)
                 # One live entry fewer: the garbage bound (invariant 4) is kept here too
-                if self._stale > len(heap) - self._stale + self._slack:
+                # (only garbage can break it: the common case pays one test)
+                stale = self._stale
+                if stale and stale > len(heap) - stale + self._slack:
                     self._compact()
                 return owner
             else:

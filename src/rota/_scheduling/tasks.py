@@ -81,12 +81,21 @@ class Tasks(ABC):
     memory, the engine's lock too).
     """
 
-    __slots__ = ("heard", "listeners", "lock", "wakeups")
+    __slots__ = ("fast", "heard", "listeners", "lock", "plain_code", "wakeups")
 
     leases = False
 
-    def __init__(self, lock: threading.RLock) -> None:
+    def __init__(self, lock: threading.RLock, *, fast: bool = False) -> None:
         self.lock = lock
+        # Instance slots, not class attributes: the scheduler's hot path reads both, and
+        # CPython 3.11 specialises a slot's read, not a class attribute's
+        self.fast = fast
+        """Whether a plain ``schedule_once`` (an ``action(at)``, no options) may take
+        the scheduler's hot path straight to :meth:`add` (a table that stores actions
+        by name takes the general one)."""
+        self.plain_code: object = None
+        """Where :attr:`fast`: the code of the last function :meth:`admit` took as a
+        plain ``action(at)``, so that scheduling it again costs one identity test."""
         self.wakeups: tuple[Callable[[Time], object], ...] = ()  # runners' wake-ups
         self.listeners: tuple[tuple[Listener, frozenset[EventKind]], ...] = ()  # add_listener
         self.heard: frozenset[EventKind] = frozenset()  # the kinds some listener wants
@@ -176,15 +185,6 @@ class Tasks(ABC):
             callback(head)
 
     # -- the API half: what Scheduler's methods ask, once they checked what they can
-
-    fast = False
-    """Whether a plain ``schedule_once`` (an ``action(at)``, no options) may take the
-    scheduler's hot path straight to :meth:`add` (a table that stores actions by name
-    takes the general one)."""
-
-    plain_code: object = None
-    """Where :attr:`fast`: the code of the last function :meth:`admit` took as a plain
-    ``action(at)``, so that scheduling it again costs the hot path one identity test."""
 
     @abstractmethod
     def now(self) -> Time:
@@ -311,17 +311,12 @@ class LocalTasks(Tasks):
     scheduler's lock. Its hot paths build nothing per run: a claimed run is the
     engine's own task."""
 
-    __slots__ = ("clock", "engine", "plain_code")
-
-    fast = True
+    __slots__ = ("clock", "engine")
 
     def __init__(self, engine: Engine, lock: threading.RLock, clock: Callable[[], Time]) -> None:
-        super().__init__(lock)
+        super().__init__(lock, fast=True)
         self.engine = engine
         self.clock = clock
-        # The code of the last function admitted as a plain action(at): scheduling the
-        # same function again costs the scheduler's hot path one identity test
-        self.plain_code: object = None
 
     def locked(self, operation: Callable[..., T], *args: Any) -> T:
         """Run an engine operation under the lock (see :func:`locked`)."""
