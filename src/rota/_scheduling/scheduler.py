@@ -392,8 +392,10 @@ class Scheduler:
         ``replace_existing`` to ``True``, so declaring the same job again (a
         reloaded module, a second start-up in one process) replaces it
         instead of being ignored. ``options`` are :meth:`schedule`'s. (A
-        :class:`~rota.DurableScheduler` declares it with ``ensure`` instead,
-        so a restart keeps the stored task's place in its schedule.)
+        :class:`~rota.DurableScheduler` declares it as ``ensure`` does, so a
+        restart keeps the stored task's place in its schedule; with
+        ``replace_existing=False`` it leaves an unfinished task of that id
+        alone.)
 
         Complexity: that of :meth:`schedule`. Raises what it raises, when
         the function is decorated.
