@@ -16,7 +16,7 @@ from rota.overlap import Overlap
 from rota.schedules import FixedDelay, FixedRate, Once
 
 from . import validate as _validate
-from .calls import Bound
+from .calls import Bound, prepare
 from .policy import Cursor, Plan, RetryOn, RetryPolicy
 from .types import Time
 
@@ -97,10 +97,7 @@ def controls(
         raise TypeError(
             f"overlap must be a rota.Overlap (Overlap.BUFFER, Overlap.SKIP), got {overlap!r}"
         )
-    plan.overlap_skip = overlap == Overlap.SKIP
-    plan.concurrent = overlap is not None and overlap.concurrent
-    plan.limit = 1 if overlap is None else overlap.limit
-    plan.replace = overlap == Overlap.REPLACE
+    set_overlap(plan, overlap)
     plan.deadline = None if deadline is None else _validate.delay("deadline", deadline)
     plan.jitter = (None if jitter is None else _validate.delay("jitter", jitter)) or None
     plan.end = _validate.optional_time("end", end)
@@ -117,6 +114,25 @@ def controls(
             f"{when!r} (each of its runs starts a delay after the previous one finished)"
         )
     plan.extra = plan.uses_controls()
+
+
+def set_overlap(plan: Plan, overlap: Overlap | None) -> None:
+    """Set the plan attributes an overlap policy decides (``None``: ``BUFFER``): the one
+    mapping from a policy to a plan, for a call's arguments and a stored spec alike
+    (:func:`overlap_of` is the way back). O(1)."""
+    plan.overlap_skip = overlap == Overlap.SKIP
+    plan.concurrent = overlap is not None and overlap.concurrent
+    plan.limit = 1 if overlap is None else overlap.limit
+    plan.replace = overlap == Overlap.REPLACE
+
+
+def overlap_of(plan: Plan) -> Overlap:
+    """The overlap policy a plan's attributes say (what :func:`set_overlap` set). O(1)."""
+    if plan.replace:
+        return Overlap.REPLACE
+    if plan.concurrent:
+        return Overlap.allow(plan.limit)
+    return Overlap.SKIP if plan.overlap_skip else Overlap.BUFFER
 
 
 def changes(options: Mapping[str, Any]) -> dict[str, object]:
@@ -155,6 +171,26 @@ def changes(options: Mapping[str, Any]) -> dict[str, object]:
     if "overlap" in options:  # the whole policy: one of them, or several runs at once
         found.update({name: getattr(probe, name) for name in OVERLAP_ATTRIBUTES})
     return found
+
+
+def updated_call(
+    function: Any, found: Mapping[str, object], given: Mapping[str, Any], args: Any, kwargs: Any
+) -> tuple[Any, Any, Any] | None:
+    """What :meth:`Scheduler.update` checks of a task's action, whatever table keeps it:
+    that ``Overlap.REPLACE`` (in ``found``) can stop it, and that it can be called with
+    the ``args``/``kwargs`` of ``given`` (the others as they were, ``args``/``kwargs``).
+    ``function`` is the task's callable (``None``: one this process does not know, not
+    checked). Returns the new ``(args, kwargs, prepared call)``, or ``None`` when
+    ``given`` changes neither. Raises ``ValueError``/``TypeError`` as the checks do.
+    O(1), the call shape cached."""
+    if found.get("replace") and function is not None:
+        check_stoppable(function)
+    if "args" not in given and "kwargs" not in given:
+        return None
+    args = given.get("args", args)
+    kwargs = given.get("kwargs", kwargs)
+    call = None if function is None else prepare(function, args, kwargs)
+    return args, kwargs, call
 
 
 OVERLAP_ATTRIBUTES = ("concurrent", "limit", "replace")

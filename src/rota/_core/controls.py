@@ -516,7 +516,7 @@ class Controls:
         self, task_id: Hashable, found: Mapping[str, object], action: Action | None = None
     ) -> bool:
         """Change an unfinished task's options in place: plan attributes ``found``
-        (validated by the caller, see :func:`rota._scheduling.scheduler.changes`) and, if
+        (validated by the caller, see :func:`rota._core.checks.changes`) and, if
         given, its ``action`` (new arguments). A run in flight finishes as it began:
         the changes wait for it to end, then apply to the runs after it. A new
         priority re-queues a scheduled run. ``False`` if unknown or finished.

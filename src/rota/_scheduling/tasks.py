@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from rota._core import validate as _validate
 from rota._core.calls import Bound, prepare
-from rota._core.checks import check_stoppable, slots_in, stoppable_action
+from rota._core.checks import check_stoppable, slots_in, stoppable_action, updated_call
 from rota._core.engine import Engine
 from rota._core.events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
 from rota._core.policy import Cursor, Plan, Schedule
@@ -240,7 +240,7 @@ class Tasks(ABC):
 
     @abstractmethod
     def update(self, task_id: Hashable, found: dict[str, object], options: Any) -> bool:
-        """Set the plan attributes ``found`` (:func:`rota._scheduling.scheduler.changes`) and the
+        """Set the plan attributes ``found`` (:func:`rota._core.checks.changes`) and the
         ``args``/``kwargs`` of ``options``, if there, on an unfinished task."""
 
     @abstractmethod
@@ -437,24 +437,18 @@ class LocalTasks(Tasks):
         """Change its plan in the engine, rebinding its action to new ``args``/``kwargs``
         (their call shape checked: ``TypeError``). O(log n)."""
         engine = self.engine
-        rebind = "args" in options or "kwargs" in options
 
         def change() -> bool:
-            action = None
             current = engine.action_of(task_id)
-            if found.get("replace") and current is not None:
-                check_stoppable(stoppable_action(current))
-            if rebind:
-                if current is None:
-                    return False
-                function: Any = current.action if type(current) is Bound else current
-                args = options["args"] if "args" in options else getattr(current, "args", None)
-                kwargs = (
-                    options["kwargs"] if "kwargs" in options else getattr(current, "kwargs", None)
-                )
-                action = prepare(function, args or None, kwargs or None)
-                if type(action) is Bound:
-                    action.bind(task_id, engine.plan_of(task_id))
+            if current is None:
+                return False
+            function = stoppable_action(current)
+            # (a call with neither, action(at), keeps them empty: None, as given)
+            was = getattr(current, "args", None) or None, getattr(current, "kwargs", None) or None
+            call = updated_call(function, found, options, *was)
+            action = None if call is None else call[2]
+            if type(action) is Bound:
+                action.bind(task_id, engine.plan_of(task_id))
             return engine.update(task_id, found, action)
 
         return self.locked(change)

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from rota._core import validate as _validate
 from rota._core.calls import prepare
-from rota._core.checks import check_stoppable, slots_in
+from rota._core.checks import check_stoppable, slots_in, updated_call
 from rota._core.events import Event, EventKind
 from rota._core.policy import Cursor, Plan, RetryPolicy, Schedule
 from rota._core.task import task_info
@@ -342,15 +342,11 @@ class StoredChanges(Tasks):
 
         def operation(task: Held) -> bool:
             spec = task.row.spec
-            function = self._actions.function(task.row.action) if found.get("replace") else None
-            if function is not None:  # (an action this process does not know: not checked)
-                check_stoppable(function)
-            if call:
-                new: dict[str, Any] = {**spec, **call}
-                function = self._actions.function(task.row.action)
-                if function is not None:
-                    prepare(function, new["args"], new["kwargs"])  # the call shape
-                spec = new
+            # (an action this process does not know is not checked: None)
+            function = self._actions.function(task.row.action)
+            updated = updated_call(function, found, call, spec["args"], spec["kwargs"])
+            if updated is not None:
+                spec = {**spec, "args": updated[0], "kwargs": updated[1]}
             assert task.plan is not None
             # Stored at once unless a run in flight is to finish as it began (a concurrent
             # task's changes apply at once: its runs are rebuilt from the spec)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from rota._core.policy import RetryPolicy, Schedule
 from rota._core.types import Time
+from rota.overlap import Overlap
 from rota.retry import Backoff, NoRetry
 from rota.schedules import FixedDelay, FixedRate, Once
 from rota.store import StoreError
@@ -157,6 +158,26 @@ def _schedule(spec: Mapping[str, Any]) -> Schedule:
 
 
 # -- retry policies ------------------------------------------------------------
+
+
+def overlap_spec(overlap: Overlap) -> object:
+    """An overlap policy as a spec stores it: ``None`` (the default, ``BUFFER``, stored
+    as nothing), ``"skip"``, ``"replace"`` or ``{"allow": n}``. O(1)."""
+    if overlap.mode == "allow":
+        return {"allow": overlap.limit}
+    return None if overlap == Overlap.BUFFER else overlap.mode
+
+
+def overlap_from(value: object) -> Overlap:
+    """The overlap policy a spec stores (what :func:`overlap_spec` wrote). O(1)."""
+    if isinstance(value, dict):
+        return Overlap.allow(value["allow"])
+    return _OVERLAPS[value]  # (a KeyError: a policy a newer rota wrote, refused)
+
+
+_OVERLAPS: dict[object, Overlap] = {
+    None: Overlap.BUFFER, "skip": Overlap.SKIP, "replace": Overlap.REPLACE,
+}  # fmt: skip
 
 
 def retry_spec(retry: RetryPolicy | None, backoff: Time) -> dict[str, Any]:

@@ -15,10 +15,10 @@ import json
 from collections import deque
 from typing import Any
 
-from rota._core.checks import OVERLAP_ATTRIBUTES
+from rota._core.checks import OVERLAP_ATTRIBUTES, overlap_of, set_overlap
 from rota._core.controls import WINDOWS
 from rota._core.engine import Engine
-from rota._core.policy import Plan, RetryPolicy, Schedule, jitter_offset
+from rota._core.policy import Plan, RetryPolicy, Schedule
 from rota._core.task import Task, run_state
 from rota._core.types import (
     FINISHED,
@@ -198,10 +198,7 @@ def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
     """Set the plan attributes a spec (or a spec fragment) names."""
     for key, value in spec.items():
         if key == "overlap":
-            plan.overlap_skip = value == "skip"
-            plan.replace = value == "replace"
-            plan.limit = value["allow"] if isinstance(value, dict) else 1
-            plan.concurrent = plan.replace or plan.limit > 1
+            set_overlap(plan, _codec.overlap_from(value))
         elif key == "max_retries":
             plan.max_retries = value
         elif key == "retry":
@@ -221,7 +218,7 @@ def _attributes(spec: dict[str, Any]) -> list[str]:
 
 
 def spec_of(found: dict[str, object]) -> dict[str, Any]:
-    """Plan attributes (what :func:`rota._scheduling.scheduler.changes` gives) as the spec
+    """Plan attributes (what :func:`rota._core.checks.changes` gives) as the spec
     fragment that stores them; ``priority`` included (a column, not in the spec).
     Raises ``TypeError`` for a retry policy or ``retry_on`` a store cannot keep."""
     fragment: dict[str, Any] = {}
@@ -281,12 +278,8 @@ them, and only a state with more can hold a control's."""
 
 
 def overlap_spec(plan: Plan) -> object:
-    """A plan's overlap policy as a spec stores it (``None``: the default, BUFFER)."""
-    if plan.replace:
-        return "replace"
-    if plan.concurrent:
-        return {"allow": plan.limit}
-    return "skip" if plan.overlap_skip else None
+    """A plan's overlap policy as a spec stores it (``None``: the default, BUFFER). O(1)."""
+    return _codec.overlap_spec(overlap_of(plan))
 
 
 def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
@@ -401,12 +394,13 @@ def new_row(
     plan: Plan,
     first: Time,
 ) -> TaskRow:
-    """The row of a task just scheduled, its first run at ``first`` (started
-    :func:`~rota._core.policy.jitter_offset` later if the task is jittered)."""
-    plan.slot = due = first
-    if plan.jitter:
-        plan.nominal = first
-        due = first + jitter_offset(task_id, first, plan.jitter)
+    """The row of a task just scheduled, its first run at ``first``: added to an engine
+    of its own, which decides when that run starts (a jittered task's,
+    :func:`~rota._core.policy.jitter_offset` later), as it does in memory. O(1)."""
+    engine = Engine(1)
+    engine.add(task_id, never, first, plan)
+    due = engine.next_time()
+    assert due is not None
     return TaskRow(
         task_id, action, spec, state_of(plan), str(Status.SCHEDULED), False, due, plan.priority
     )
