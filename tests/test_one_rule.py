@@ -83,3 +83,24 @@ def test_a_runs_value_shows_as_the_same_text_everywhere(
     assert outcome.value == made
     (shown,) = seen.history("job", 1)
     assert shown.value == expected
+
+
+def test_the_default_backoff_is_one_rule_past_float_range_too(
+    make_sched: Callable[..., Any],
+) -> None:
+    """A task without a retry policy doubles its delay by the rule a store keeps as
+    ``Backoff`` (``rota._core.policy.doubling``: before, two formulas, one raising
+    ``OverflowError`` past float range where the other gave an infinite delay). Past
+    float range the retry's time is refused and the run fails, the same way."""
+    clock = ManualClock(START)
+    sched = make_sched(clock=clock, backoff=1e308)
+
+    def fails(at: float) -> None:
+        raise ValueError("no")
+
+    sched.schedule("job", Once(at=START), fails, max_retries=3)
+    first, second = sched.tick(START), sched.tick(START + 1e308)
+    assert [o.result.value for o in first + second] == ["retry", "failed"]
+    (last,) = second
+    assert isinstance(last.error, ValueError)
+    assert "not finite" in str(last.error) or "inf" in str(last.error)

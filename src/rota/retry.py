@@ -23,12 +23,11 @@ deterministic.
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Literal
 
 from rota._core import validate as _validate
-from rota._core.policy import RetryPolicy
+from rota._core.policy import RetryPolicy, doubling
 from rota._core.types import Time
 
 Jitter = Literal["full", "equal", "decorrelated"]
@@ -82,10 +81,7 @@ class Backoff:
             high = 3 * (self.base if previous is None else previous)
             drawn = self.rng.uniform(self.base, high)
             return drawn if cap is None else min(cap, drawn)
-        try:
-            delay: Time = self.base * 2 ** (retry - 1)
-        except OverflowError:  # a float base past float range: "more than any cap"
-            delay = math.inf
+        delay = doubling(self.base, retry)
         if cap is not None and delay > cap:
             delay = cap
         if self.jitter == "full":

@@ -46,7 +46,7 @@ from .controls import (
     _skipped_by,
     _slot_over,
 )
-from .policy import Cursor, Plan, RetryPolicy, jitter_offset
+from .policy import Cursor, Plan, RetryPolicy, doubling, jitter_offset
 from .queue import RunQueue
 from .task import (
     CANCELLED,
@@ -586,13 +586,12 @@ class Engine(Controls):
         """The delay before retry ``attempt + 1``, by the task's or the default policy.
 
         Raises ``TypeError``/``ValueError`` for a policy's delay that is not a
-        finite number >= 0 (or ``None``), and ``OverflowError`` for a default
-        backoff past float range.
+        finite number >= 0 (or ``None``); past float range, the default backoff's
+        delay is infinite (then the retry's time is refused).
         """
         policy = plan.retry or self._retry
-        if policy is None:
-            backoff: Time = self._backoff * 2**attempt
-            return backoff
+        if policy is None:  # the contract's: Backoff(backoff)'s rule
+            return doubling(self._backoff, attempt + 1)
         delay = policy.delay(attempt + 1, plan.last_delay)
         if delay is None:
             return None

@@ -17,6 +17,18 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 from .types import Time
 
 
+def doubling(base: Time, retry: int) -> Time:
+    """The contract's retry delay: ``base * 2 ** (retry - 1)`` before retry ``retry``
+    (1-based), the rule of a task without a retry policy and of
+    :class:`~rota.retry.Backoff`. Past float range it is infinite (a retry that never
+    comes: the task fails). O(log retry)."""
+    try:
+        delay: Time = base * 2 ** (retry - 1)
+    except OverflowError:  # a float base past float range: "more than any cap"
+        return math.inf
+    return delay
+
+
 @runtime_checkable
 class Cursor(Protocol):
     """One task's position in its :class:`Schedule`."""
