@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from types import CodeType, FunctionType
 from typing import Any, NamedTuple
 
-from .types import Action, Time
+from .types import Action, Time, slot_time
 
 SHAPES: dict[int, tuple[CodeType, bool]] = {}
 """Plain functions whose ``action(at)`` call binds: ``id(code) -> (code, wants run)``.
@@ -128,7 +128,7 @@ class Bound:
             return self.action(*args, **self.kwargs)
         plan = self.plan
         attempt = 0 if plan is None else plan.attempt
-        slot = at if not attempt else plan.first_at
+        slot = at if not attempt else slot_time(attempt, plan.first_at, at)
         run = RunContext(self.task_id, at, slot, attempt, self.fence, self.expiries)
         return self.action(*args, **self.kwargs, run=run)
 

@@ -18,6 +18,7 @@ from .types import (
     Status,
     TaskInfo,
     Time,
+    slot_time,
 )  # fmt: skip
 from .validate import time_from
 
@@ -136,7 +137,7 @@ def run_slot(run: Task) -> Time:
     or its first attempt's while it is retried. O(1)."""
     own = run.plan
     assert own is not None
-    return own.first_at if own.attempt else run.entry[0]
+    return slot_time(own.attempt, own.first_at, run.entry[0])
 
 
 def run_state(run: Task) -> list[Any]:
@@ -167,7 +168,7 @@ def _info(task: Task) -> TaskInfo:
     at = task.entry[0]
     if plan is None:
         return task_info(task.entry[2], task.status, False, at, Once(at=at), 0, at, task.last)
-    slot = plan.first_at if plan.attempt else at if plan.nominal is None else plan.nominal
+    slot = slot_time(plan.attempt, plan.first_at, at if plan.nominal is None else plan.nominal)
     return task_info(
         task.entry[2], task.status, plan.paused, at, plan.schedule, plan.attempt, slot, task.last
     )

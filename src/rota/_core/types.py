@@ -291,3 +291,14 @@ def value_text(value: object) -> str:
         except (TypeError, ValueError):
             text = repr(value)
     return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "..."
+
+
+def slot_time(attempt: int, first_at: Time | None, at: Time) -> Time:
+    """The slot a run belongs to, the time of its idempotency key
+    (``f"{task_id}@{slot!r}"``): while the slot is retried (``attempt`` > 0), its
+    first attempt's time ``first_at``; else the run's own, unjittered time ``at``.
+    The one rule for the engine's tasks and runs, a run's context and a stored row.
+    O(1)."""
+    if attempt and first_at is not None:
+        return first_at
+    return at

@@ -28,6 +28,7 @@ from rota._core.types import (
     Time,
     error_text,
     recorded_result,
+    slot_time,
     value_text,
 )
 from rota.store import OutcomeRow, TaskRow
@@ -329,15 +330,10 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
 def slot_of(row: TaskRow) -> Time:
     """The slot of a row's current run: its idempotency key is ``f"{task_id}@{slot!r}"``."""
     state = row.state
-    if state["attempt"]:
-        first: Time = state["first_at"]
-        return first
-    nominal: Time | None = state.get("nominal")
-    if nominal is not None:
-        return nominal
-    # (a concurrent task's row is due at a run's retry before its next slot, kept apart)
-    nxt: Time = state.get("next", row.due)
-    return nxt
+    at: Time | None = state.get("nominal")
+    if at is None:  # (a concurrent task's row is due at a run's retry: its next slot apart)
+        at = state.get("next", row.due)
+    return slot_time(state["attempt"], state["first_at"], at)
 
 
 def outcome_row(
