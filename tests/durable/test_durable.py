@@ -1629,7 +1629,13 @@ def test_a_runner_outlives_a_store_outage_and_loses_no_slot(
         time.sleep(1.5)
         assert runner.is_running
     assert "the store failed (" in caplog.text
-    assert "the store answers again" in caplog.text
+    # The recovery is said: "answers again" at the first claim, or, when a completion
+    # failed in the outage too, "records completions again" at the first completion
+    # recorded (which depends on where the outage cut a run)
+    assert (
+        "the store answers again" in caplog.text
+        or "the store records completions again" in caplog.text
+    )
     runs = sched.history("r", 1000)
     slots = sorted(run.slot for run in runs)
     assert all(abs(b - a - 0.1) < 1e-6 for a, b in itertools.pairwise(slots))  # none lost
