@@ -40,8 +40,21 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name == "PostgresStore":  # needs psycopg: imported only when asked for
-        return importlib.import_module("._postgres", __name__).PostgresStore
+        return _postgres_module().PostgresStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _postgres_module() -> Any:
+    """The module of :class:`PostgresStore`, imported now. Raises ``ImportError``
+    naming the extra when psycopg is not installed."""
+    try:
+        return importlib.import_module("._postgres", __name__)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] != "psycopg":
+            raise
+        raise ImportError(
+            "rota.store.PostgresStore needs the postgres extra: pip install 'rota[postgres]'"
+        ) from exc
 
 
 def open_store(url: str, *, create: bool = True) -> Store:
@@ -64,10 +77,10 @@ def open_store(url: str, *, create: bool = True) -> Store:
         store = SQLiteStore(url[len("sqlite:///") :], create=create)
     elif url.startswith(("postgresql://", "postgres://")):
         try:
-            from ._postgres import PostgresStore
+            postgres = _postgres_module()
         except ImportError as exc:
             raise StoreError(f"store URL {redacted(url)!r}: {exc}") from None
-        store = PostgresStore(url, create=create)
+        store = postgres.PostgresStore(url, create=create)
     else:
         raise StoreError(
             f"store URL {redacted(url)!r} is not one of sqlite:///relative/path.db, "

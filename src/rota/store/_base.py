@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import operator
 import re
 import threading
@@ -35,6 +36,9 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 from rota._core.types import CLAIMED, FINISHED, LEASED, NO_SKIPS, Skips, Status, Time, sql_set
 
 T = TypeVar("T")
+
+logger = logging.getLogger("rota.store")
+"""The stores' logger."""
 
 COLUMNS = (
     "task_id, action, spec, state, status, paused, due, priority, seq, fence, owner, "

@@ -4,18 +4,12 @@ sends: what the store's class runs, apart from how it runs it."""
 from __future__ import annotations
 
 import functools
-import logging
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any
 
-try:
-    import psycopg
-    from psycopg import errors
-    from psycopg.conninfo import conninfo_to_dict
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "rota.store.PostgresStore needs the postgres extra: pip install 'rota[postgres]'"
-    ) from exc
+import psycopg
+from psycopg import errors
+from psycopg.conninfo import conninfo_to_dict
 
 from rota._core.types import Time
 
@@ -26,17 +20,13 @@ from ._base import (
     Edit,
     Known,
     OutcomeRow,
+    logger,
     redacted,
     run_values,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._schema import FORMER_PREFIX, former_tables, migrate, renamed_actions_sql
 
-T = TypeVar("T")
-
-logger = logging.getLogger("rota.store")
-
-SCHEMA_VERSION = 5
 RETRIES = 5
 """Attempts of one transaction that hit a unique violation or a lost connection."""
 LOCK_TIMEOUT = 5.0

@@ -19,7 +19,6 @@ remains the safety net.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -27,13 +26,8 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-try:
-    import psycopg
-    from psycopg import errors
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "rota.store.PostgresStore needs the postgres extra: pip install 'rota[postgres]'"
-    ) from exc
+import psycopg
+from psycopg import errors
 
 from rota._core.types import Time
 
@@ -50,10 +44,12 @@ from ._base import (
     OutcomeRow,
     StoreBase,
     StoreError,
+    T,
     TaskRow,
     actions_sql,
     ahead,
     claimed_rows,
+    logger,
     outcome_from,
     redacted,
     task_row,
@@ -68,7 +64,6 @@ from ._pgsql import (
     RETRIES,
     SOON,
     STATEMENT_TIMEOUT,
-    T,
     _due_sql,
     _expected,
     _expected_params,
@@ -88,8 +83,6 @@ from ._schema import (
     DEFAULT_PREFIX,
     is_current,
 )
-
-logger = logging.getLogger("rota.store")
 
 
 class PostgresStore(StoreBase):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import math
 import os
 import sqlite3
@@ -22,7 +21,7 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from rota._core.types import Time
 
@@ -40,10 +39,12 @@ from ._base import (
     OutcomeRow,
     StoreBase,
     StoreError,
+    T,
     TaskRow,
     actions_sql,
     ahead,
     claimed_rows,
+    logger,
     outcome_from,
     run_values,
     task_row,
@@ -58,13 +59,6 @@ from ._schema import (
     migrate,
     renamed_actions_sql,
 )
-
-T = TypeVar("T")
-
-logger = logging.getLogger("rota.store")
-
-SCHEMA_VERSION = 5
-"""The schema this code writes; an older one is migrated forward, a newer one refused."""
 
 BUSY_TIMEOUT = 30.0
 """Seconds a connection waits for the write lock before SQLite reports it busy."""
