@@ -18,20 +18,15 @@ from rota.schedules import FixedDelay, Once
 from .policy import Plan, jitter_offset
 from .queue import RunQueue
 from .task import (
-    DONE,
-    FAILED,
-    OK,
-    QUEUED,
-    RETRY,
-    RUNNING,
-    SCHEDULED,
     Run,
     Task,
     _later,
     _plan_of,
     _Waiting,
+    deferred,
     move,
     raiser,
+    reported,
     run_at,
     run_slot,
 )
@@ -91,7 +86,7 @@ class Controls:
         if plan.nominal is not None:  # out of the queue: the run is its slot from now on
             task.entry = (plan.nominal, -1, task.entry[2])
             plan.nominal = None
-        move(task, QUEUED if queued else RUNNING)
+        move(task, Status.QUEUED if queued else Status.RUNNING)
         return task
 
     def _run_of(self, task: Task, plan: Plan, now: Time, queued: bool) -> Task | None:
@@ -108,17 +103,17 @@ class Controls:
         run = _new_run(task, plan, queued)
         plan.inflight += 1
         plan.flying.append(run)
-        if task.status is SCHEDULED:
-            move(task, RUNNING)
+        if task.status is Status.SCHEDULED:
+            move(task, Status.RUNNING)
         try:  # the task's next run, now: the cursor moves on at the claim
             nxt = self._following(plan, now, -LIMIT)
         except BaseException as exc:
             exc.add_note(f"rota: the schedule of task {task_id!r} failed; so did the task")
             run.action = raiser(exc)
             nxt = None
-            plan.ended = FAILED
+            plan.ended = Status.FAILED
         if nxt is None:
-            plan.ended = plan.ended or DONE
+            plan.ended = plan.ended or Status.DONE
             task.entry = (task.entry[0], -1, task_id)
         else:
             self._push_slot(task, plan, nxt, hold=True)
@@ -134,7 +129,7 @@ class Controls:
             if other.replaced:
                 continue
             other.replaced = True
-            if other.status is SCHEDULED:  # waiting for a retry: dropped, not stopped
+            if other.status is Status.SCHEDULED:  # waiting for a retry: dropped, not stopped
                 plan.flying.remove(other)
                 plan.inflight -= 1
             else:
@@ -150,10 +145,10 @@ class Controls:
         """A claimed run's schedule ended without it running: the task is done, or, with
         runs of its own still in flight, done when the last of them ends."""
         if plan.concurrent and plan.inflight:
-            plan.ended = DONE
+            plan.ended = Status.DONE
             task.entry = (task.entry[0], -1, task.entry[2])
         else:
-            self._finish(task, DONE)
+            self._finish(task, Status.DONE)
 
     def _retried(self, run: Run, queued: bool) -> Run | None:
         """A concurrent task's run whose retry came due leaves the table; ``None`` (it
@@ -163,7 +158,7 @@ class Controls:
         run.entry = (run.entry[0], -1, run.parent.entry[2])
         if run.replaced or run.parent.status in FINISHED:
             return None
-        move(run, QUEUED if queued else RUNNING)
+        move(run, Status.QUEUED if queued else Status.RUNNING)
         return run
 
     def _sync(self, task: Task, plan: Plan) -> None:
@@ -207,22 +202,25 @@ class Controls:
                 exc.add_note(f"rota: a policy of task {task.entry[2]!r} failed")
                 error = exc
         if retry is not None:
-            outcome = self._record(run, at, RETRY, error, attempt, started, skipped_by, value)
+            outcome = self._record(
+                run, at, Result.RETRY, error, attempt, started, skipped_by, value
+            )
             if not attempt:
                 own.first_at = at
             own.attempt = attempt + 1
             own.last_delay = retry[1]
             own.nominal = None
-            move(run, SCHEDULED)
+            move(run, Status.SCHEDULED)
             key = _Waiting()
             self._tasks[key] = run
             self._waiting += 1
             run.entry = self._queue.push(retry[0], key, own.priority)
             task.last = outcome
             return outcome
-        result = OK if error is None else Result.FAILED
-        outcome = self._record(run, at, result, error, attempt, started, skipped_by, value)
-        move(run, DONE if error is None else FAILED)
+        outcome = self._record(
+            run, at, reported(error), error, attempt, started, skipped_by, value
+        )
+        move(run, Status.DONE if error is None else Status.FAILED)
         if alive:
             task.last = outcome
             self._landed(run, error is not None)
@@ -245,9 +243,11 @@ class Controls:
         if plan.inflight == 0:
             plan.held = False
             if plan.ended is not None:
-                self._finish(task, FAILED if plan.ended is FAILED or failed else DONE)
+                self._finish(
+                    task, Status.FAILED if plan.ended is Status.FAILED or failed else Status.DONE
+                )
                 return
-            move(task, SCHEDULED)
+            move(task, Status.SCHEDULED)
         self._sync(task, plan)
 
     def adopt_runs(self, task: Task, runs: list[list[Any]], *, again: bool = False) -> None:
@@ -268,22 +268,22 @@ class Controls:
             own.attempt, own.first_at, own.last_delay = attempt, first_at, last_delay
             own.skipped, own.skips = skipped, skips
             run.replaced = replaced
-            waiting = status == SCHEDULED or again
+            waiting = status == Status.SCHEDULED or again
             if (waiting and not alive) or (again and replaced):
                 continue  # never to run: a finished task's retry, a run REPLACE stopped
             plan.flying.append(run)
             plan.inflight += 1
             run.entry = (at, -1, task.entry[2])
             if waiting:
-                run.status = SCHEDULED
+                run.status = Status.SCHEDULED
                 key = _Waiting()
                 self._tasks[key] = run
                 self._waiting += 1
                 run.entry = self._queue.push(at, key, own.priority)
             else:  # claimed: whether a worker started it yet, its completion is a run's
-                run.status = RUNNING
+                run.status = Status.RUNNING
         if again and plan.held:  # the runs it waited for to stop are gone with their node
-            plan.held = any(run.status is not SCHEDULED for run in plan.flying)
+            plan.held = any(run.status is not Status.SCHEDULED for run in plan.flying)
         if alive:
             self._sync(task, plan)
 
@@ -292,7 +292,7 @@ class Controls:
         ``None``. O(runs in flight)."""
         plan = task.plan
         for run in () if plan is None or plan.flying is None else plan.flying:
-            if run_slot(run) == slot and run.status is not SCHEDULED:
+            if run_slot(run) == slot and run.status is not Status.SCHEDULED:
                 assert isinstance(run, Run)
                 return run
         return None
@@ -492,7 +492,7 @@ class Controls:
         flight. O(log n).
         """
         task = self._tasks.get(task_id)
-        if task is None or task.status is not SCHEDULED:
+        if task is None or task.status is not Status.SCHEDULED:
             return False
         plan = _plan_of(task)
         if plan.paused:
@@ -543,7 +543,7 @@ class Controls:
                 f"while {plan.inflight} of its runs are in flight: change it once they "
                 "have ended, or schedule it again (replace_existing=True)"
             )
-        if task.status is not SCHEDULED and not plan.concurrent:
+        if deferred(task):
             plan.pending = {**(plan.pending or {}), **found}
             plan.extra = True
             return True
@@ -584,7 +584,7 @@ class Controls:
                 return 0
             if plan.ended is not None:
                 return 0
-        elif task.status is not SCHEDULED:
+        elif task.status is not Status.SCHEDULED:
             if idle_only:
                 return 0
             plan.extras = [*(plan.extras or ()), *slots]
@@ -629,7 +629,7 @@ def _new_run(task: Task, plan: Plan, queued: bool, *, counted: bool = True) -> R
     run.plan = own
     slot = task.entry[0] if plan.nominal is None else plan.nominal  # not its jittered start
     run.entry = (slot, -1, task.entry[2])
-    run.status = QUEUED if queued else RUNNING
+    run.status = Status.QUEUED if queued else Status.RUNNING
     run.last = run.value = None
     return run
 

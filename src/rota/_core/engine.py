@@ -63,8 +63,10 @@ from .task import (
     _later,
     _plan_of,
     _queued,
+    admitted,
     move,
     raiser,
+    reported,
     run_at,
     task_info,
 )
@@ -222,7 +224,7 @@ class Engine(Controls):
         are trusted (the caller validated them). O(log n).
         """
         if task_id in self._tasks:
-            if not replace:
+            if not admitted(True, replace):
                 return False
             self.cancel(task_id)
         if task_id in self._history:  # cheaper than pop(task_id, None) when absent
@@ -464,8 +466,9 @@ class Engine(Controls):
             plan.skipped = 0
             skipped_by = _skipped_by(plan, skipped)
         if task.status is CANCELLED:
-            result = OK if error is None else Result.FAILED
-            return self._record(task, at, result, error, attempt, started, skipped_by, value)
+            return self._record(
+                task, at, reported(error), error, attempt, started, skipped_by, value
+            )
         # Decide first: every policy call and check happens here, before any change,
         # so a policy that raises (anything) or returns garbage changes nothing but
         # the task's end: failed, with the error on this outcome.

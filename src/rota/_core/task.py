@@ -55,6 +55,29 @@ def _later(previous: Time, value: object, now: Time) -> Time:
     return at
 
 
+def admitted(unfinished: bool, replace: bool | None) -> bool:
+    """Whether a task scheduled under an id takes it: a free or finished id always; an
+    ``unfinished`` task's only when the call replaces it (``replace``: that task is
+    cancelled, its run in flight only reported). The rule of every ``schedule*`` call,
+    in memory and on every store. O(1)."""
+    return not unfinished or bool(replace)
+
+
+def deferred(task: Task) -> bool:
+    """Whether a change to ``task``'s options waits for its run in flight: a run
+    finishes as it began, so the changes apply to the runs after it (a concurrent
+    task's apply at once: each run in flight keeps the policies it was claimed with).
+    The rule of ``update`` in memory and on every store. O(1)."""
+    return task.status is not SCHEDULED and not _plan_of(task).concurrent
+
+
+def reported(error: BaseException | None) -> Result:
+    """The result of a run that is reported and not retried: ``ok``, or ``failed``
+    with its ``error``. How a run ends whose task was cancelled (or replaced) while it
+    ran, in memory and on every store: never ``retry``. O(1)."""
+    return OK if error is None else Result.FAILED
+
+
 def raiser(error: BaseException) -> Action:
     """An action that fails with ``error``: how a run whose policy broke reports it."""
 

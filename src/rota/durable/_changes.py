@@ -16,7 +16,7 @@ from rota._core.calls import prepare
 from rota._core.checks import check_stoppable, slots_in, updated_call
 from rota._core.events import Event, EventKind
 from rota._core.policy import Cursor, Plan, RetryPolicy, Schedule
-from rota._core.task import task_info
+from rota._core.task import admitted, deferred, task_info
 from rota._core.types import (
     FINISHED,
     LEASED,
@@ -199,7 +199,7 @@ class StoredChanges(Tasks):
 
         def add(old: TaskRow | None) -> Change[bool]:
             nonlocal replaced
-            if old is not None and old.status not in FINISHED and not replace:
+            if old is not None and not admitted(old.status not in FINISHED, replace):
                 return Change(False)
             if old is not None:
                 row.fence = old.fence + 1  # the old task's run in flight is now stale
@@ -347,10 +347,9 @@ class StoredChanges(Tasks):
             updated = updated_call(function, found, call, spec["args"], spec["kwargs"])
             if updated is not None:
                 spec = {**spec, "args": updated[0], "kwargs": updated[1]}
-            assert task.plan is not None
-            # Stored at once unless a run in flight is to finish as it began (a concurrent
-            # task's changes apply at once: its runs are rebuilt from the spec)
-            if task.status not in LEASED or task.plan.concurrent:
+            # Stored at once unless they wait for the run in flight (then with it, as the
+            # plan's pending changes, and in the spec when they apply: see dump)
+            if not deferred(task):
                 spec = {**spec, **{k: v for k, v in fragment.items() if k != "priority"}}
             task.row.spec = spec  # replaced, never changed in place
             return task.engine.update(task.task_id, found)

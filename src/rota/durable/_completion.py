@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from rota._core.task import Run, run_at, run_slot
+from rota._core.task import Run, reported, run_at, run_slot
 from rota._core.types import (
     Action,
     GivenBack,
@@ -281,7 +281,7 @@ class Completions(Claims):
         if decided is None:
             # cancelled (and its id reused) while it ran: only reported
             if (task if task.__class__ is Held else self._lease_of(task)).cancelled:
-                outcome = outcome._replace(result=Result.FAILED if error else Result.OK)
+                outcome = outcome._replace(result=reported(error))
             else:
                 logger.warning(
                     "task %r: lease lost before its run at %s completed; its outcome is not "

@@ -305,8 +305,9 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
                 due = head
     spec = old.spec  # specs are replaced, never changed in place: shared, with its JSON
     pending = old.state.get("pending")
-    if pending and not plan.pending:  # the changes that waited for the run now apply
-        spec = {**spec, **{k: v for k, v in pending.items() if k != "priority"}}
+    if pending and not plan.pending:  # the engine applied the changes that waited: as set
+        applied = spec_of({name: getattr(plan, name) for name in _attributes(pending)})
+        spec = {**spec, **{k: v for k, v in applied.items() if k != "priority"}}
     row = TaskRow(
         old.task_id,
         old.action,
