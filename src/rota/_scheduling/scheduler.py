@@ -225,8 +225,8 @@ class Scheduler:
             at = self._at(delay)  # type: ignore[arg-type]
         if max_retries:
             plan = make_plan(None, max_retries, None, None, 0)
-            return table.add(task_id, None, at, action, plan, False)
-        return table.add(task_id, None, at, action, None, False)
+            return table.add(task_id, at, action, plan, False)
+        return table.add(task_id, at, action, None, False)
 
     def schedule_at_fixed_rate(
         self,
@@ -349,7 +349,7 @@ class Scheduler:
             (max_retries, retry, retry_on, misfire, priority),
             (overlap, deadline, jitter, end, max_runs),
         )  # fmt: skip
-        return self._table.add(task_id, when, first, admitted, plan, replace_existing)
+        return self._table.add(task_id, first, admitted, plan, replace_existing)
 
     def _admit(
         self,
@@ -411,7 +411,7 @@ class Scheduler:
                 name, when, action, given["args"], given["kwargs"],
                 tuple(given[k] for k in _POLICIES), tuple(given[k] for k in _CONTROLS),
             )  # fmt: skip
-            self._table.add(name, when, first, admitted, plan, None if replace_existing else False)
+            self._table.add(name, first, admitted, plan, None if replace_existing else False)
             return action
 
         return register

@@ -202,19 +202,14 @@ class Tasks(ABC):
 
     @abstractmethod
     def add(
-        self,
-        task_id: Hashable,
-        when: Schedule | None,
-        first: Time,
-        action: Any,
-        plan: Plan | None,
-        replace: bool | None,
+        self, task_id: Hashable, first: Time, action: Any, plan: Plan | None, replace: bool | None
     ) -> bool:
-        """Add a task (its ``action`` as :meth:`admit` gave it, ``plan`` bound to
-        ``when``, first run at ``first``). ``replace``: ``False`` leaves an unfinished
-        task of that id alone (returns ``False``); ``True`` replaces it; ``None``
-        declares it (as ``@job`` does: a store keeps a task declared the same, and its
-        place in its schedule, across restarts; in memory it replaces)."""
+        """Add a task (its ``action`` as :meth:`admit` gave it, ``plan`` bound to its
+        schedule or ``None`` for a one-off with the defaults, first run at ``first``).
+        ``replace``: ``False`` leaves an unfinished task of that id alone (returns
+        ``False``); ``True`` replaces it; ``None`` declares it (as ``@job`` does: a
+        store keeps a task declared the same, and its place in its schedule, across
+        restarts; in memory it replaces)."""
 
     @abstractmethod
     def cancel(self, task_id: Hashable) -> bool:
@@ -349,13 +344,7 @@ class LocalTasks(Tasks):
         return prepared
 
     def add(
-        self,
-        task_id: Hashable,
-        when: Schedule | None,
-        first: Time,
-        action: Any,
-        plan: Plan | None,
-        replace: bool | None,
+        self, task_id: Hashable, first: Time, action: Any, plan: Plan | None, replace: bool | None
     ) -> bool:
         """Add the task to the engine (``replace`` ``None``: replacing). O(log n)."""
         lock, engine = self.lock, self.engine  # the shape of locked(), inlined: a hot path

@@ -6,7 +6,6 @@ runner half."""
 
 from __future__ import annotations
 
-import threading
 from abc import abstractmethod
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
@@ -56,13 +55,9 @@ class Stored(NamedTuple):
 
 
 class StoredChanges(Tasks):
-    """Tasks in ``store``, as the scheduling API adds, changes and reads them.
-
-    ``clock`` reads epoch seconds (the store's own time is used instead where the
-    store keeps one); ``actions`` names the actions this node knows; ``retry`` and
-    ``backoff`` are the scheduler's default retry policy, stored with each task that
-    brings none; ``node`` names this process in leases. Opens the store; raises what
-    ``store.open()`` raises.
+    """Tasks in a store, as the scheduling API adds, changes and reads them (set up by
+    :class:`~rota.durable._tasks.StoredTasks`, the one class of these floors that is
+    built).
 
     Invariant: a row is only ever replaced whole by one transaction that read it
     (``store.modify``); specs are replaced, never changed in place (their JSON and
@@ -71,27 +66,22 @@ class StoredChanges(Tasks):
 
     __slots__ = ("_actions", "_backoff", "_clock", "_node", "_retry", "_store", "_timed")
 
-    def __init__(
-        self,
-        store: Store,
-        lock: threading.RLock,
-        clock: Callable[[], Time],
-        actions: Actions,
-        retry: RetryPolicy | None,
-        backoff: Time,
-        node: str,
-    ) -> None:
-        super().__init__(lock)
-        self._node = node
-        self._store = store
-        self._actions = actions
-        self._retry = retry
-        self._backoff = backoff
-        store.open()
-        # Whether time is the store's (a database server's): runners wait on it too, and
-        # claims and completions read it (asked once: the hot paths make no call for it)
-        self._timed = store.now() is not None
-        self._clock = self.store_clock if self._timed else clock
+    _store: Store
+    """Where the tasks are (opened by the constructor)."""
+    _actions: Actions
+    """The actions this node knows (by name)."""
+    _retry: RetryPolicy | None
+    """The scheduler's default retry policy, stored with each task that brings none
+    (``None``: doubling from ``_backoff``)."""
+    _backoff: Time
+    """The first delay of the default retry policy."""
+    _node: str
+    """This process's name in leases."""
+    _timed: bool
+    """Whether time is the store's (a database server's): runners wait on it too, and
+    claims and completions read it (asked once: the hot paths make no call for it)."""
+    _clock: Callable[[], Time]
+    """Epoch seconds: the store's own time where it keeps one, else the given clock."""
 
     # -- what the runner half knows --------------------------------------------
 
@@ -180,17 +170,10 @@ class StoredChanges(Tasks):
         return new_row(task_id, action.name, action.spec, plan, first)
 
     def add(
-        self,
-        task_id: Hashable,
-        when: Schedule | None,
-        first: Time,
-        action: Any,
-        plan: Plan | None,
-        replace: bool | None,
+        self, task_id: Hashable, first: Time, action: Any, plan: Plan | None, replace: bool | None
     ) -> bool:
         """Store the task, in one transaction (``replace`` ``None``: :meth:`declare`)."""
         assert isinstance(task_id, str)
-        assert when is not None
         assert plan is not None
         if replace is None:
             return self.declare(self.row(task_id, first, action, plan))

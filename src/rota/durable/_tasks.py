@@ -39,9 +39,11 @@ class StoredTasks(Keeper):
     runner drives, one store transaction per claim and per (group of) completions.
 
     ``clock`` reads epoch seconds (the store's own time is used instead where the
-    store keeps one); ``actions`` the actions this node runs; ``node`` its name in
-    leases; ``lease``, ``poll``, ``batch``, ``max_expiries`` and ``group_commit`` as
-    :class:`~rota.durable.DurableScheduler` documents them. Opens the store. Raises
+    store keeps one); ``actions`` the actions this node runs; ``retry`` and
+    ``backoff`` the scheduler's default retry policy, stored with each task that
+    brings none; ``node`` its name in leases; ``lease``, ``poll``, ``batch``,
+    ``max_expiries`` and ``group_commit`` as :class:`~rota.durable.DurableScheduler`
+    documents them. Opens the store. Raises
     what ``store.open()`` raises.
 
     Invariants (checked by :meth:`check`): a run waiting in the claimed batch holds
@@ -70,7 +72,15 @@ class StoredTasks(Keeper):
         max_expiries: int,
         group_commit: bool,
     ) -> None:
-        super().__init__(store, lock, clock, actions, retry, backoff, node)
+        super().__init__(lock)
+        self._node = node
+        self._store = store
+        self._actions = actions
+        self._retry = retry
+        self._backoff = backoff
+        store.open()
+        self._timed = store.now() is not None
+        self._clock = self.store_clock if self._timed else clock
         self._lease = lease
         self._poll = poll
         self._batch = batch
