@@ -29,7 +29,7 @@ def test_schedule_cancel_churn_keeps_peak_memory_bounded() -> None:
     # live + STALE_SLACK stale entries. Unbounded growth would be tens of MB.
     assert peak - base < 4_000_000, peak - base
     assert current - base < 4_000_000
-    assert len(engine_of(sched)._queue._heap) <= 2 * 1000 + 256 + 1
+    assert len(engine_of(sched).queue.heap) <= 2 * 1000 + 256 + 1
 
 
 def test_two_hundred_thousand_one_off_tasks_leave_memory_bounded() -> None:

@@ -151,7 +151,7 @@ class SchedulerVsOracle(RuleBasedStateMachine):
 
     def make(self, clock: ManualClock) -> Scheduler:
         sched = Scheduler(clock=clock, backoff=3)
-        engine_of(sched)._queue._slack = 1  # compaction happens within a few steps
+        engine_of(sched).queue._slack = 1  # compaction happens within a few steps
         return sched
 
     def key(self, task_id: Any) -> Any:

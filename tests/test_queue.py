@@ -68,7 +68,7 @@ def test_stale_entries_are_skipped_and_counted() -> None:
     while (owner := queue.pop_due(100)) is not None:
         got.append(owner.entry[2])
     assert got == [2, 3, 4, 6, 7, 8, 9]
-    assert queue._heap == []
+    assert queue.heap == []
     assert queue._stale == 0
 
 
@@ -93,7 +93,7 @@ def test_compaction_keeps_garbage_within_live_plus_slack() -> None:
         queue.discard()
         queue._check()
         assert queue._stale <= len(queue) + 3
-    assert len(queue._heap) <= 100 + 100 + 3
+    assert len(queue.heap) <= 100 + 100 + 3
 
 
 def test_popping_live_entries_keeps_garbage_within_live_plus_slack() -> None:
@@ -119,7 +119,7 @@ def test_check_catches_a_broken_heap() -> None:
     for i in range(3):
         owners[i] = Owner()
         owners[i].entry = queue.push(i, i)
-    queue._heap.reverse()
+    queue.heap.reverse()
     with pytest.raises(AssertionError, match="heap order"):
         queue._check()
 
@@ -131,7 +131,7 @@ def test_schedule_cancel_churn_keeps_the_heap_bounded(monkeypatch: pytest.Monkey
     for i in range(1000):
         sched.schedule_once(i, 5 + i % 7, lambda at: None)
         assert sched.cancel(i)
-        heap = engine_of(sched)._queue._heap
+        heap = engine_of(sched).queue.heap
         assert len(heap) <= 2 * 1 + 4 + 1
     check_table(sched)
     assert sched.next_run_time() == 10**9
@@ -151,7 +151,7 @@ def test_a_stale_entry_pins_no_action() -> None:
     del action
     gc.collect()
     assert ref() is None
-    assert len(engine_of(sched)._queue._heap) == 2  # the stale entry is still there
+    assert len(engine_of(sched).queue.heap) == 2  # the stale entry is still there
 
 
 def test_history_is_bounded_and_forgets_the_oldest_first() -> None:

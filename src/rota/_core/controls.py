@@ -47,11 +47,11 @@ class Controls:
     """The engine's decisions for tasks with scheduling controls (a mixin of
     :class:`~rota._core.engine.Engine`, whose fields and decisions it uses: below)."""
 
-    __slots__ = ("_follow", "_queue", "_tasks", "_waiting", "stops")
+    __slots__ = ("_follow", "_tasks", "_waiting", "queue", "stops")
 
     # The engine's table, queue and concurrent runs, set by Engine.__init__ (see there)
     _tasks: dict[Hashable, Task]
-    _queue: RunQueue[Task]
+    queue: RunQueue[Task]
     _waiting: int
     _follow: bool
     stops: list[Run]
@@ -173,10 +173,10 @@ class Controls:
             and (plan.replace or plan.inflight < plan.limit)
         )
         if want and not live:
-            task.entry = self._queue.push(task.entry[0], task.entry[2], plan.priority)
+            task.entry = self.queue.push(task.entry[0], task.entry[2], plan.priority)
         elif live and not want:
             task.entry = (task.entry[0], -1, task.entry[2])
-            self._queue.discard()
+            self.queue.discard()
 
     def _complete_run(
         self, run: Run, error: BaseException | None, started: Time, value: object
@@ -214,7 +214,7 @@ class Controls:
             key = _Waiting()
             self._tasks[key] = run
             self._waiting += 1
-            run.entry = self._queue.push(retry[0], key, own.priority)
+            run.entry = self.queue.push(retry[0], key, own.priority)
             task.last = outcome
             return outcome
         outcome = self._record(
@@ -279,7 +279,7 @@ class Controls:
                 key = _Waiting()
                 self._tasks[key] = run
                 self._waiting += 1
-                run.entry = self._queue.push(at, key, own.priority)
+                run.entry = self.queue.push(at, key, own.priority)
             else:  # claimed: whether a worker started it yet, its completion is a run's
                 run.status = Status.RUNNING
         if again and plan.held:  # the runs it waited for to stop are gone with their node
@@ -480,7 +480,7 @@ class Controls:
         if plan.paused or hold:
             task.entry = (due, -1, task_id)
         else:
-            task.entry = self._queue.push(due, task_id, plan.priority)
+            task.entry = self.queue.push(due, task_id, plan.priority)
 
     def trigger(self, task_id: Hashable, now: Time) -> bool:
         """Give a scheduled, unpaused task an extra run at ``now``; its schedule goes on.
@@ -508,8 +508,8 @@ class Controls:
         plan.nominal = None
         plan.extra_runs += 1
         plan.extra = True
-        task.entry = self._queue.push(now, task_id, plan.priority)
-        self._queue.discard()  # the old entry, as in reschedule
+        task.entry = self.queue.push(now, task_id, plan.priority)
+        self.queue.discard()  # the old entry, as in reschedule
         return True
 
     def update(
@@ -551,13 +551,13 @@ class Controls:
         _apply(plan, found)
         if plan.concurrent:  # each run in flight keeps the policies it was claimed with
             if plan.priority != priority and task.entry[1] != -1:
-                self._queue.discard()
+                self.queue.discard()
                 task.entry = (task.entry[0], -1, task_id)
                 self._sync(task, plan)
             return True
         if plan.priority != priority and not task.parked:
-            task.entry = self._queue.push(task.entry[0], task_id, plan.priority)
-            self._queue.discard()  # the old entry, as in reschedule
+            task.entry = self.queue.push(task.entry[0], task_id, plan.priority)
+            self.queue.discard()  # the old entry, as in reschedule
         return True
 
     def backfill(self, task_id: Hashable, slots: list[Time], *, idle_only: bool = False) -> int:
@@ -601,8 +601,8 @@ class Controls:
         if parked:
             task.entry = (slots[0], -1, task_id)
         else:
-            task.entry = self._queue.push(slots[0], task_id, plan.priority)
-            self._queue.discard()
+            task.entry = self.queue.push(slots[0], task_id, plan.priority)
+            self.queue.discard()
         return len(slots)
 
 

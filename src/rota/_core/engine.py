@@ -121,7 +121,7 @@ class Engine(Controls):
         # Finished ids the history cannot hold beside another of their hash (comparing
         # them raised): kept by identity, not forgotten. Empty but for such ids.
         self._strays: list[tuple[Hashable, Status]] = []
-        self._queue: RunQueue[Task] = RunQueue(self._tasks)
+        self.queue: RunQueue[Task] = RunQueue(self._tasks)
         # Runs of concurrent tasks waiting for a retry sit in the table (and the queue)
         # under a key of their own (_Waiting), so a claim needs no second queue.
         self._waiting = 0
@@ -134,7 +134,7 @@ class Engine(Controls):
         self._tasks.clear()
         self._history.clear()
         self._strays.clear()
-        self._queue.clear()
+        self.queue.clear()
         self._waiting = 0
         if self.stops:  # (a list take_stops handed out is the caller's)
             self.stops = []
@@ -199,7 +199,7 @@ class Engine(Controls):
 
     def next_time(self) -> Time | None:
         """The time of the earliest live run, or ``None``. O(1) amortised."""
-        entry = self._queue.peek()
+        entry = self.queue.peek()
         return None if entry is None else entry[0]
 
     def __len__(self) -> int:
@@ -238,14 +238,14 @@ class Engine(Controls):
         task.last = task.value = None
         task.plan = plan
         if plan is None:
-            task.entry = self._queue.push(at, task_id)
+            task.entry = self.queue.push(at, task_id)
         else:
             plan.slot = at
             if plan.extra:
                 task.entry = (at, -1, task_id)  # gives _push_slot the id
                 self._push_slot(task, plan, at)
             else:
-                task.entry = self._queue.push(at, task_id, plan.priority)
+                task.entry = self.queue.push(at, task_id, plan.priority)
         self._tasks[task_id] = task
         return True
 
@@ -263,7 +263,7 @@ class Engine(Controls):
         """
         plan = task.plan
         if task.status is SCHEDULED and not task.parked:
-            task.entry = self._queue.push(at, task.entry[2], 0 if plan is None else plan.priority)
+            task.entry = self.queue.push(at, task.entry[2], 0 if plan is None else plan.priority)
         else:
             task.entry = (at, -1, task.entry[2])
         if task.status in UNFINISHED:
@@ -283,7 +283,7 @@ class Engine(Controls):
             queued_entry = task.entry[1] != -1
         self._finish(task, CANCELLED)
         if queued_entry:
-            self._queue.discard()
+            self.queue.discard()
         return True
 
     def is_paused(self, task_id: Hashable) -> bool:
@@ -308,7 +308,7 @@ class Engine(Controls):
             return True
         if task.status is SCHEDULED:  # park it: the queued entry goes stale
             task.entry = (task.entry[0], -1, task.entry[2])
-            self._queue.discard()  # after the entry changed: a compaction must see it stale
+            self.queue.discard()  # after the entry changed: a compaction must see it stale
         plan.paused = True
         return True
 
@@ -330,7 +330,7 @@ class Engine(Controls):
             return True
         if not parked:  # paused while running: it was never parked
             return True
-        task.entry = self._queue.push(task.entry[0], task.entry[2], plan.priority)
+        task.entry = self.queue.push(task.entry[0], task.entry[2], plan.priority)
         return True
 
     def reschedule(
@@ -357,7 +357,7 @@ class Engine(Controls):
         plan.last_delay = None
         if plan.concurrent:  # its entry is its next run, whatever is in flight
             if task.entry[1] != -1:
-                self._queue.discard()
+                self.queue.discard()
             task.entry = (at, -1, task_id)
             plan.ended = None
             self._push_slot(task, plan, at, hold=True)
@@ -371,7 +371,7 @@ class Engine(Controls):
         parked = plan.paused
         self._push_slot(task, plan, at)
         if not parked:
-            self._queue.discard()  # the old entry; after the change, as in pause
+            self.queue.discard()  # the old entry; after the change, as in pause
         return True
 
     def claim(self, now: Time, *, queued: bool = False) -> Task | None:
@@ -387,7 +387,7 @@ class Engine(Controls):
         run later, in its order with other tasks' runs). O(log n).
         """
         while True:
-            task = self._queue.pop_due(now)
+            task = self.queue.pop_due(now)
             if task is None:
                 return None
             plan = task.plan
@@ -521,7 +521,7 @@ class Engine(Controls):
             move(task, SCHEDULED)
             self._push_slot(task, plan, nxt)  # parks it if paused
         else:  # the recurring hot path: _requeue, inlined
-            new = self._queue.push(nxt, entry[2], plan.priority)
+            new = self.queue.push(nxt, entry[2], plan.priority)
             move(task, SCHEDULED)
             task.entry = new
         return outcome
@@ -685,11 +685,11 @@ class Engine(Controls):
         """Queue the task's next run at ``at`` (parked, if it was paused meanwhile)."""
         plan = task.plan
         if plan is None:
-            entry = self._queue.push(at, task.entry[2])
+            entry = self.queue.push(at, task.entry[2])
         elif plan.paused:
             entry = (at, -1, task.entry[2])
         else:
-            entry = self._queue.push(at, task.entry[2], plan.priority)
+            entry = self.queue.push(at, task.entry[2], plan.priority)
         move(task, SCHEDULED)
         task.entry = entry
 
@@ -756,13 +756,13 @@ class Engine(Controls):
                 del history[task_id]
         while len(history) > self._history_limit:
             history.popitem(last=False)
-        self._queue._repair([task.entry for task in tasks.values() if _queued(task)])
+        self.queue._repair([task.entry for task in tasks.values() if _queued(task)])
 
     def _check(self) -> None:
         """Assert the engine's invariants (and the queue's). O(n); for tests."""
-        self._queue._check()
+        self.queue._check()
         assert len(self._history) <= self._history_limit
-        queued = set(self._queue._heap)
+        queued = set(self.queue.heap)
         for task_id, task in self._tasks.items():
             assert task.task_id == task_id
             assert task.status in UNFINISHED, task

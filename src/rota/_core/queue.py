@@ -64,10 +64,10 @@ class RunQueue(Generic[OwnerT]):
     owner at another entry). Not thread-safe: the engine serialises calls.
     """
 
-    __slots__ = ("_heap", "_next_seq", "_owners", "_slack", "_stale")
+    __slots__ = ("_next_seq", "_owners", "_slack", "_stale", "heap")
 
     def __init__(self, owners: Mapping[Hashable, OwnerT]) -> None:
-        self._heap: list[Entry] = []
+        self.heap: list[Entry] = []
         self._owners = owners
         self._next_seq = itertools.count().__next__
         self._stale = 0
@@ -75,12 +75,12 @@ class RunQueue(Generic[OwnerT]):
 
     def clear(self) -> None:
         """Drop every entry (the owners are the caller's to clear). O(n)."""
-        self._heap.clear()
+        self.heap.clear()
         self._stale = 0
 
     def __len__(self) -> int:
         """The number of live entries. O(1)."""
-        return len(self._heap) - self._stale
+        return len(self.heap) - self._stale
 
     def push(self, at: Time, task_id: Hashable, priority: int = 0) -> Entry:
         """Add and return a new live entry for ``task_id`` at ``at``. O(log n)."""
@@ -88,7 +88,7 @@ class RunQueue(Generic[OwnerT]):
             entry = (at, self._next_seq() + priority * PRIORITY_SHIFT, task_id)
         else:
             entry = (at, self._next_seq(), task_id)
-        heappush(self._heap, entry)
+        heappush(self.heap, entry)
         return entry
 
     def discard(self) -> None:
@@ -98,14 +98,14 @@ class RunQueue(Generic[OwnerT]):
         discards paid for: O(1) amortised.
         """
         self._stale += 1
-        if self._stale > len(self._heap) - self._stale + self._slack:
+        if self._stale > len(self.heap) - self._stale + self._slack:
             self._compact()
 
     def _compact(self) -> None:
         """Keep only the live entries. O(n), paid for by the discards (or pops) that
         put garbage over its bound."""
-        self._heap = [entry for entry in self._heap if self._is_live(entry)]
-        heapify(self._heap)
+        self.heap = [entry for entry in self.heap if self._is_live(entry)]
+        heapify(self.heap)
         self._stale = 0
 
     def _is_live(self, entry: Entry) -> bool:
@@ -129,7 +129,7 @@ class RunQueue(Generic[OwnerT]):
 
     def peek(self) -> Entry | None:
         """The earliest live entry, or ``None``. O(1) amortised (drops stale tops)."""
-        heap = self._heap
+        heap = self.heap
         owners = self._owners
         while heap:
             entry = heap[0]
@@ -149,7 +149,7 @@ class RunQueue(Generic[OwnerT]):
         ``None`` if nothing is due. O(log n), plus O(log n) for each stale
         entry dropped on the way (paid for by the discard that made it stale).
         """
-        heap = self._heap
+        heap = self.heap
         owners = self._owners
         while heap:
             entry = heap[0]
@@ -178,15 +178,15 @@ class RunQueue(Generic[OwnerT]):
         For the engine's :meth:`~rota._core.engine.Engine._repair`, after an
         operation was cut short between a heap change and its bookkeeping.
         """
-        present = {id(entry) for entry in self._heap}
+        present = {id(entry) for entry in self.heap}
         for entry in live:
             if id(entry) not in present:
-                heappush(self._heap, entry)
-        self._stale = sum(1 for entry in self._heap if not self._is_live(entry))
+                heappush(self.heap, entry)
+        self._stale = sum(1 for entry in self.heap if not self._is_live(entry))
 
     def _check(self) -> None:
         """Assert every invariant in the module docstring. O(n); for tests."""
-        heap = self._heap
+        heap = self.heap
         for i in range(1, len(heap)):
             parent = heap[(i - 1) // 2]
             assert parent[:2] < heap[i][:2], f"heap order broken at {i}: {parent} > {heap[i]}"
