@@ -104,3 +104,61 @@ def test_the_default_backoff_is_one_rule_past_float_range_too(
     (last,) = second
     assert isinstance(last.error, ValueError)
     assert "not finite" in str(last.error) or "inf" in str(last.error)
+
+
+def test_one_read_model_lists_and_records_alike_everywhere(
+    make_sched: Callable[..., Any],
+) -> None:
+    """Before: the dashboard and the metrics read a store through one class and a
+    memory scheduler through another that rebuilt history from events, and only a
+    durable scheduler had ``listing``/``history``. Now one :class:`rota.observe.Source`
+    over the scheduler's own ``listing``/``history`` (its table's read half) answers
+    the same on every table: the same entries, the same records of runs, the same
+    controls."""
+    clock = ManualClock(START)
+    # an epoch clock, as a store's always is (memory shows other clocks' times shifted)
+    epoch = {"epoch": True} if make_sched.backend == "memory" else {}  # type: ignore[attr-defined]
+    sched = make_sched(clock=clock, **epoch)
+    seen = source(sched)
+    calls = {"n": 0}
+
+    def flaky(at: float) -> int:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ValueError("second run fails")
+        return calls["n"]
+
+    sched.schedule("b-every", FixedRate(10), flaky)
+    sched.schedule("a-once", Once(at=START + 1), noop)
+    for step in (1, 10, 20):
+        clock.set(START + step)
+        sched.tick(clock())
+    assert type(seen).__name__ == "Source"
+    listed = sched.listing()
+    assert [str(e.info.task_id) for e in listed] == ["a-once", "b-every"]
+    assert [e.info.status.value for e in listed] == ["done", "scheduled"]
+    assert [e.last.result if e.last else None for e in listed] == ["ok", "ok"]
+    assert [str(e.info.task_id) for e in sched.listing(unfinished=True)] == ["b-every"]
+    assert [str(e.info.task_id) for e in sched.listing(after="a-once", limit=1)] == ["b-every"]
+    runs = sched.history("b-every", 10)
+    assert [(r.at, r.result, r.value, r.error) for r in runs] == [
+        (START + 20, "ok", "3", None),
+        (START + 10, "failed", None, "ValueError: second run fails"),
+        (START, "ok", "1", None),
+    ]
+    assert [r.at for r in sched.history("b-every", 1)] == [START + 20]
+    assert seen.history("b-every", 10) == runs
+    assert seen.recent(["a-once", "b-every"], 1) == {
+        "a-once": sched.history("a-once", 1),
+        "b-every": runs[:1],
+    }
+    entry = seen.entry("b-every")
+    assert entry is not None
+    assert entry.last == runs[0]
+    assert seen.entry("nobody") is None
+    assert seen.control("pause", "b-every") is True
+    assert sched.is_paused("b-every")
+    assert seen.control("pause", "nobody") is None
+    assert seen.check() is None
+    with pytest.raises(ValueError, match="limit"):
+        sched.history("b-every", -1)

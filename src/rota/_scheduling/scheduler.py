@@ -28,7 +28,9 @@ from rota._core.validate import LIMIT, PLAIN, time_from
 from rota.misfire import Misfire
 from rota.overlap import Overlap
 from rota.schedules import FixedRate, Once
+from rota.store import OutcomeRow
 
+from .reads import Entry
 from .tasks import LocalTasks, Tasks
 
 Clock = Callable[[], Time]
@@ -125,12 +127,14 @@ class Scheduler:
         check_retry(retry)
         # Where the tasks live (a durable scheduler puts a StoredTasks here): every
         # method below checks its arguments, then asks the table
-        self._table: Tasks = LocalTasks(Engine(backoff, retry), threading.RLock(), self._clock)
         if epoch is not None and not isinstance(epoch, bool):
             raise TypeError(f"epoch must be True, False or None, got {epoch!r}")
         if epoch is None:
             epoch = True if clock in EPOCH_CLOCKS else False if clock in MONOTONIC_CLOCKS else None
         self._epoch = epoch
+        self._table: Tasks = LocalTasks(
+            Engine(backoff, retry), threading.RLock(), self._clock, epoch, time.time
+        )
 
     def __repr__(self) -> str:
         return f"<Scheduler unfinished={len(self.tasks())} next_run_time={self.next_run_time()!r}>"
@@ -649,6 +653,35 @@ class Scheduler:
         """
         _validate.page(after, limit)
         return self._table.infos(after, limit)
+
+    def listing(
+        self, *, after: str | None = None, limit: int | None = None, unfinished: bool = False
+    ) -> list[Entry]:
+        """Every task with its latest recorded run, by id as text, paged as :meth:`tasks`
+        is: for each an :class:`~rota.durable.Entry`, its :class:`~rota.TaskInfo` (by
+        the rule ``info`` follows; only unfinished tasks with ``unfinished``) with the
+        latest outcome recorded of it, which a finished task keeps too. What the
+        command's ``status``, the dashboard, the HTTP API and the metrics show.
+
+        In a store: every stored task, and why its row cannot be read here if it
+        cannot (tasks withdrawn by ``remove`` are not listed); one query, linear in
+        the rows returned. In memory: the unfinished tasks and those seen since the
+        record of runs began (the first read of it: this method, :meth:`history`,
+        or a dashboard or metrics over the scheduler; a run costs nothing extra
+        before); O(n log n). Raises as :meth:`tasks` does.
+        """
+        _validate.page(after, limit)
+        return self._table.listing(after, limit, unfinished)
+
+    def history(self, task_id: Hashable, limit: int = 20) -> list[OutcomeRow]:
+        """The task's latest ``limit`` recorded runs, newest first (``task_id`` as
+        :class:`~rota.store.OutcomeRow` shows it: its ``str``). A store keeps every
+        run until pruned (one read); memory keeps the latest
+        :data:`~rota._scheduling.reads.KEEP` of each task since the record began
+        (see :meth:`listing`). Raises ``TypeError``/``ValueError`` for a ``limit``
+        that is not a positive int."""
+        _validate.count("limit", limit)
+        return self._table.history(str(task_id), limit)
 
     @property
     def epoch(self) -> bool | None:

@@ -27,6 +27,9 @@ from rota._core.events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
 from rota._core.policy import Cursor, Plan, Schedule
 from rota._core.task import Task, run_at
 from rota._core.types import Action, RunOutcome, Status, TaskInfo, Time
+from rota.store import NodeRow, OutcomeRow
+
+from .reads import KEEP, Entry, OutcomeLog
 
 T = TypeVar("T")
 _RUN_STARTED, _RUN_SKIPPED = EventKind.RUN_STARTED, EventKind.RUN_SKIPPED  # hot paths' constants
@@ -258,6 +261,51 @@ class Tasks(ABC):
     def next_time(self) -> Time | None:
         """The earliest time a run may be due, ``None`` if nothing is queued."""
 
+    # -- the read half: what the command, the dashboard and the metrics show
+
+    @abstractmethod
+    def where(self) -> str:
+        """What keeps the tasks, for titles (a store with any password ``***``)."""
+
+    @abstractmethod
+    def listing(self, after: str | None, limit: int | None, unfinished: bool) -> list[Entry]:
+        """Every known task with its latest recorded run, by id as text, paged as
+        :meth:`infos` (only unfinished ones with ``unfinished``)."""
+
+    @abstractmethod
+    def entry(self, shown: str) -> Entry | None:
+        """The task whose id is shown as ``shown``, ``None`` if unknown."""
+
+    @abstractmethod
+    def find(self, shown: str) -> Hashable | None:
+        """The id of the task whose id is shown as ``shown``, ``None`` if unknown."""
+
+    @abstractmethod
+    def history(self, shown: str, limit: int) -> list[OutcomeRow]:
+        """The task's latest ``limit`` recorded runs, newest first."""
+
+    @abstractmethod
+    def recent(self, shown: list[str], per_task: int) -> dict[str, list[OutcomeRow]]:
+        """The latest ``per_task`` recorded runs of each task, newest first."""
+
+    @abstractmethod
+    def nodes(self) -> list[NodeRow]:
+        """Every node its heartbeats recorded (none in one process)."""
+
+    @abstractmethod
+    def wall_now(self) -> float:
+        """The time nodes' heartbeats are on, as epoch seconds: the store's own, else
+        this host's."""
+
+    @abstractmethod
+    def health(self) -> str | None:
+        """``None`` while the tasks can be read, else why not (no secret in it)."""
+
+    @abstractmethod
+    def record(self) -> None:
+        """Begin keeping the record of runs that :meth:`history` reads, if this table
+        does not keep it always (a store does; memory keeps it once a reader asks)."""
+
     # -- the runner half
 
     @abstractmethod
@@ -306,12 +354,25 @@ class LocalTasks(Tasks):
     scheduler's lock. Its hot paths build nothing per run: a claimed run is the
     engine's own task."""
 
-    __slots__ = ("clock", "engine")
+    __slots__ = ("clock", "engine", "epoch", "log", "wall_clock")
 
-    def __init__(self, engine: Engine, lock: threading.RLock, clock: Callable[[], Time]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        lock: threading.RLock,
+        clock: Callable[[], Time],
+        epoch: bool | None,
+        wall_clock: Callable[[], float],
+    ) -> None:
         super().__init__(lock, fast=True)
         self.engine = engine
         self.clock = clock
+        self.epoch = epoch
+        """Whether ``clock`` reads epoch seconds (else its times are shown shifted)."""
+        self.wall_clock = wall_clock
+        """This host's epoch seconds (``time.time``): for what readers are shown only."""
+        self.log: OutcomeLog | None = None
+        """The record of runs, kept once a reader asked (:meth:`record`)."""
 
     def locked(self, operation: Callable[..., T], *args: Any) -> T:
         """Run an engine operation under the lock (see :func:`locked`)."""
@@ -478,6 +539,92 @@ class LocalTasks(Tasks):
     def next_time(self) -> Time | None:
         """The earliest live run's time. O(1) amortised."""
         return self.locked(self.engine.next_time)
+
+    # -- the read half: a snapshot of the engine, and the record of runs
+
+    def where(self) -> str:
+        """``"memory"``."""
+        return "memory"
+
+    def record(self) -> None:
+        """Begin keeping the latest :data:`~rota._scheduling.reads.KEEP` outcomes of
+        each task, from the scheduler's own events (once: later calls change
+        nothing). Until then no run pays for it. O(1)."""
+        with self.lock:
+            if self.log is not None:
+                return
+            self.log = OutcomeLog(KEEP, self.clock, self.wall)
+            kinds = frozenset({EventKind.TASK_ADDED, *OUTCOME_KINDS.values()})
+            self.listen((*self.listeners, (self.log.heard, kinds)))
+
+    def wall(self, t: Time) -> Time:
+        """A time of the scheduler's clock as epoch seconds: itself on an epoch clock,
+        else shifted by the clock's offset from ``time.time()`` (a monotonic clock's
+        times are shown, and exported, as wall-clock times). O(1)."""
+        return t if self.epoch else t + (self.wall_clock() - self.clock())
+
+    def _log(self) -> OutcomeLog:
+        self.record()
+        assert self.log is not None
+        return self.log
+
+    def listing(self, after: str | None, limit: int | None, unfinished: bool) -> list[Entry]:
+        """Every task seen since :meth:`record` and every unfinished one, by id as text,
+        each with its latest outcome kept. O(n log n) under the lock."""
+        log = self._log()
+        live = self.locked(self.engine.infos)
+        known = log.seen([info.task_id for info in live])
+        by_id = {str(info.task_id): info for info in live}
+        entries: list[Entry] = []
+        for key in sorted(k for k in known if after is None or k > after):
+            if limit is not None and len(entries) >= limit:
+                break
+            info = by_id.get(key) or (None if unfinished else self.info(known[key]))
+            if info is not None:
+                entries.append(self._entry(info))
+        return entries
+
+    def _entry(self, info: TaskInfo) -> Entry:
+        if info.next_run_time is not None and not self.epoch:
+            info = info._replace(next_run_time=self.wall(info.next_run_time))
+        last = self._log().latest(str(info.task_id), 1)
+        return Entry(info, last[0] if last else None, None)
+
+    def find(self, shown: str) -> Hashable | None:
+        """O(1) for a task seen before, else O(n)."""
+        found = self._log().find(shown)
+        if found is not None:
+            return found
+        for info in self.locked(self.engine.infos):
+            if str(info.task_id) == shown:
+                return info.task_id
+        return None
+
+    def entry(self, shown: str) -> Entry | None:
+        """O(1) for a task seen before, else O(n)."""
+        task_id = self.find(shown)
+        info = None if task_id is None else self.info(task_id)
+        return None if info is None else self._entry(info)
+
+    def history(self, shown: str, limit: int) -> list[OutcomeRow]:
+        """The outcomes kept since :meth:`record` (at most ``KEEP``). O(limit)."""
+        return self._log().latest(shown, limit)
+
+    def recent(self, shown: list[str], per_task: int) -> dict[str, list[OutcomeRow]]:
+        """O(tasks x per_task)."""
+        return {key: self.history(key, per_task) for key in shown}
+
+    def nodes(self) -> list[NodeRow]:
+        """None: one process."""
+        return []
+
+    def wall_now(self) -> float:
+        """This host's time."""
+        return self.wall_clock()
+
+    def health(self) -> str | None:
+        """Memory always answers."""
+        return None
 
     def claim(self, now: Time, *, queued: bool = False, room: int | None = None) -> Task | None:
         """Claim the earliest run due at ``now`` (for runners).

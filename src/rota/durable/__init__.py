@@ -10,10 +10,12 @@ stored form that a job file's loader checks before anything is stored.
 """
 
 from rota._core.types import GivenBack, RunCancelled
+from rota._scheduling.reads import Entry
 
 from ._codec import json_value, resolve_path
+from ._reads import zone_of
 from ._rows import StoredError, removed
-from ._scheduler import DurableScheduler, Entry, zone_of
+from ._scheduler import DurableScheduler
 from ._tasks import LeaseExpired, StoredTasks
 
 __all__ = [

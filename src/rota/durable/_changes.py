@@ -1,8 +1,7 @@
-"""The API half of a store's table (add, declare, change, read), each one store
+"""The API half of a store's table (add, declare, change), each one store
 transaction: a change restores the task's row into an engine, applies the engine's
-own operation and dumps the row; a read shows a row by the engine's one rule
-(:func:`rota._core.task.task_info`). :class:`~rota.durable.StoredTasks` adds the
-runner half."""
+own operation and dumps the row. :mod:`rota.durable._reads` reads the rows;
+:class:`~rota.durable.StoredTasks` adds the runner half."""
 
 from __future__ import annotations
 
@@ -15,34 +14,27 @@ from rota._core.calls import prepare
 from rota._core.checks import check_stoppable, slots_in, updated_call
 from rota._core.events import Event, EventKind
 from rota._core.policy import Cursor, Plan, RetryPolicy, Schedule
-from rota._core.task import admitted, deferred, task_info
+from rota._core.task import admitted, deferred
 from rota._core.types import (
     FINISHED,
     LEASED,
-    NO_SKIPS,
-    RunOutcome,
     Status,
-    TaskInfo,
     Time,
-    result_of,
 )
 from rota._scheduling.tasks import Tasks
-from rota.store import Change, OutcomeRow, Store, StoreError, TaskRow
+from rota.store import Change, Store, TaskRow
 
 from . import _codec
 from ._actions import Actions
 from ._rows import (
     Held,
-    StoredError,
     dump,
     never,
     new_row,
     overlap_spec,
-    removed,
     restore,
     slot_of,
     spec_of,
-    value_from,
 )
 
 
@@ -358,70 +350,3 @@ class StoredChanges(Tasks):
 
         self.apply(task_id, operation, None)
         return queued
-
-    # -- reads -----------------------------------------------------------------
-
-    def get(self, task_id: Hashable) -> TaskRow | None:
-        """The task's stored row, ``None`` for an unknown id (or one not a str). One
-        read."""
-        return self._store.get(task_id) if isinstance(task_id, str) else None
-
-    def status(self, task_id: Hashable) -> Status | None:
-        """Finished tasks stay until pruned. One read."""
-        row = self.get(task_id)
-        return None if row is None else self.status_of(row)
-
-    def info(self, task_id: Hashable) -> TaskInfo | None:
-        """``last_outcome`` from the stored history, its ``error`` a
-        :class:`StoredError` with the stored text. Two reads."""
-        row = self.get(task_id)
-        if row is None:
-            return None
-        last = self._store.outcomes(row.task_id, 1) if row.status not in FINISHED else None
-        return self.info_of(row, last[0] if last else None)
-
-    def infos(self, after: str | None, limit: int | None) -> list[TaskInfo]:
-        """The unfinished stored tasks by id, tasks removed by their declarer left out.
-        One query, linear in the rows returned (one more for a page that removed tasks
-        left short)."""
-        return [self.info_of(row, last) for row, last in self.page(after, limit, True)]
-
-    def page(
-        self, after: str | None, limit: int | None, unfinished: bool
-    ) -> list[tuple[TaskRow, OutcomeRow | None]]:
-        """Up to ``limit`` stored tasks whose ids come after ``after``, each with its
-        latest outcome, leaving out tasks withdrawn by their declarer. O(rows)."""
-        found: list[tuple[TaskRow, OutcomeRow | None]] = []
-        while True:
-            page = self._store.page(after, limit, unfinished=unfinished)
-            found += [(row, last) for row, last in page if not removed(row)]
-            if limit is None or len(page) < limit or len(found) >= limit:
-                return found[:limit]
-            after = page[-1][0].task_id
-
-    def next_time(self) -> Time | None:
-        """The earliest due row this node can run, or lease of another node's that
-        expires (its run may then be taken over). One indexed read."""
-        return self._store.next_due(self._node, self._actions.known())
-
-    def info_of(self, row: TaskRow, o: OutcomeRow | None) -> TaskInfo:
-        """What ``info`` shows of a stored task, ``o`` its latest outcome: built by the
-        one rule the in-memory table uses (:func:`rota._core.engine.task_info`). O(1)."""
-        status = self.status_of(row)
-        outcome = None
-        if o is not None and status not in FINISHED:
-            error = None if o.error is None else StoredError(o.error)
-            started = o.finished if o.started is None else o.started
-            outcome = RunOutcome(
-                row.task_id, o.at, result_of(o.result), error, o.attempt, started, o.skipped,
-                value_from(o.value), o.skips() if o.skipped_by else NO_SKIPS,
-            )  # fmt: skip
-        try:
-            schedule = None if row.unreadable else _codec.schedule_from(row.spec["schedule"])
-        except StoreError:  # a kind a newer rota wrote (see the triage of claimed rows)
-            schedule = None
-        due = row.state.get("next", row.due)  # a concurrent task's next slot, not a retry
-        return task_info(
-            row.task_id, status, row.paused, due, schedule, row.state.get("attempt", 0),
-            row.due if row.unreadable else slot_of(row), outcome,
-        )  # fmt: skip

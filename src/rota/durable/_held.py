@@ -22,11 +22,11 @@ from rota._core.types import (
 )
 from rota.store import TaskRow
 
-from ._changes import StoredChanges
+from ._reads import StoredReads
 from ._rows import Held
 
 
-class HeldRuns(StoredChanges):
+class HeldRuns(StoredReads):
     """The runs held by this node under their leases, and the shared leases of
     concurrent tasks (``Overlap.allow(n)``, ``REPLACE``).
 

@@ -10,15 +10,15 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from rota._core import validate as _validate
 from rota._core.policy import RetryOn, RetryPolicy, Schedule
-from rota._core.types import TaskInfo, Time
+from rota._core.types import Time
 from rota._scheduling.scheduler import MONOTONIC_CLOCKS, Clock, Scheduler
 from rota.misfire import Misfire
 from rota.overlap import Overlap
-from rota.store import OutcomeRow, Store, TaskRow
+from rota.store import Store
 
 from ._actions import Actions
 from ._tasks import StoredTasks
@@ -240,38 +240,6 @@ class DurableScheduler(Scheduler):
         """
         return self._stored.withdraw(task_id, remove=True)
 
-    def listing(
-        self, *, after: str | None = None, limit: int | None = None, unfinished: bool = False
-    ) -> list[Entry]:
-        """Every stored task (only unfinished ones with ``unfinished``), by id, paged as
-        :meth:`tasks` is: for each an :class:`Entry`, its :class:`~rota.TaskInfo`
-        (by the rule ``info`` follows) with its latest stored outcome, which a
-        finished task keeps too, and why its row cannot be read here, if it cannot.
-        Tasks withdrawn by :meth:`remove` are not listed (their history stays
-        readable through :meth:`history`). What the command's ``status``, the API and
-        the pages show. One query, linear in the rows returned (one more for a page
-        that removed tasks left short). Raises as :meth:`tasks` does.
-        """
-        _validate.page(after, limit)
-        return [
-            Entry(
-                self._stored.info_of(row, last),
-                last,
-                row.unreadable,
-                zone_of(row),
-                row.owner,
-                row.lease_until,
-                row.expiries,
-                row.due,
-            )
-            for row, last in self._stored.page(after, limit, unfinished)
-        ]
-
-    def history(self, task_id: str, limit: int = 20) -> list[OutcomeRow]:
-        """The task's latest ``limit`` recorded runs, newest first. One read."""
-        _validate.count("limit", limit)
-        return self._store.outcomes(task_id, limit)
-
     def prune(self, before: Time, *, batch: int = 10_000) -> int:
         """Delete the record of the past: the outcomes of runs that finished before
         ``before`` (epoch seconds, or an aware ``datetime``), then the rows of finished
@@ -294,36 +262,3 @@ class DurableScheduler(Scheduler):
             total += gone
             if gone == 0:
                 return total
-
-
-class Entry(NamedTuple):
-    """A stored task as :meth:`DurableScheduler.listing` lists it."""
-
-    info: TaskInfo
-    last: OutcomeRow | None
-    """Its latest recorded run (finished tasks keep theirs), or ``None``."""
-    unreadable: str | None
-    """Why this process cannot read its stored row, or ``None``."""
-    zone: str | None = None
-    """The zone its times are shown in (``ensure(..., zone=)``), or ``None``."""
-    owner: str | None = None
-    """The node that holds its run now, or ``None``."""
-    lease_until: Time | None = None
-    """When that node's lease runs out, or ``None``."""
-    takeovers: int = 0
-    """How many times a lease of its runs ran out and the run was taken over."""
-    due: Time | None = None
-    """The time of its current run (while one is held: the run the lease is for)."""
-
-
-def zone_of(row: TaskRow) -> str | None:
-    """The zone a task's times are shown in: the one stored with it (``ensure(...,
-    zone=)``, a job file's ``tz``), else its cron schedule's own (a library task
-    ``Cron(..., tz="Europe/Berlin")``), else ``None`` (this machine's). O(1)."""
-    spec = row.spec if isinstance(row.spec, dict) else {}
-    zone = spec.get("zone")
-    if zone is None:
-        schedule = spec.get("schedule")
-        if isinstance(schedule, dict) and schedule.get("kind") == "cron":
-            zone = schedule.get("tz")
-    return zone if isinstance(zone, str) else None
