@@ -696,7 +696,14 @@ class LocalTasks(Tasks):
         """
         if now.__class__ is not float or now - now:  # a finite float: fast; else checked
             _validate.finite("now", now)
-        engine, lock = self.engine, self.lock
+        engine = self.engine
+        heap = engine.queue.heap
+        if not heap or heap[0][0] > now:
+            # Nothing due: read without the lock (a heap change is one C call under the
+            # GIL, and the earliest entry is never later than a live due run): an idle
+            # tick takes no lock and enters no engine frame
+            return []
+        lock = self.lock
         task: Task | None = None
         try:
             try:  # the shape of locked(), inlined: a hot path
