@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rota import DurableScheduler, Runner
-from rota.durable._codec import resolve_path
+from rota.durable import resolve_path
 from rota.store import Change, Edit, Known, SQLiteStore, TaskRow
 
 

@@ -108,12 +108,21 @@ def controls(
         for name, value in (("overlap", overlap), ("end", end), ("max_runs", max_runs)):
             if value is not None:
                 raise ValueError(f"{name} applies to recurring schedules, not {when!r}")
-    if plan.concurrent and isinstance(when, FixedDelay):
+    if plan.concurrent:
+        check_concurrent(overlap, when)
+    plan.extra = plan.uses_controls()
+
+
+def check_concurrent(overlap: object, when: object) -> None:
+    """``ValueError`` if ``when`` cannot run an ``overlap`` policy that runs a task's
+    slots side by side (``Overlap.allow(n)``, ``REPLACE``): ``FixedDelay``, whose each
+    run starts a delay after the previous one finished. For ``schedule`` and
+    ``update`` alike. O(1)."""
+    if isinstance(when, FixedDelay):
         raise ValueError(
             f"overlap={overlap!r} needs slots that do not wait for a run to end, not "
             f"{when!r} (each of its runs starts a delay after the previous one finished)"
         )
-    plan.extra = plan.uses_controls()
 
 
 def set_overlap(plan: Plan, overlap: Overlap | None) -> None:
@@ -133,6 +142,16 @@ def overlap_of(plan: Plan) -> Overlap:
     if plan.concurrent:
         return Overlap.allow(plan.limit)
     return Overlap.SKIP if plan.overlap_skip else Overlap.BUFFER
+
+
+def overlap_changed(found: Mapping[str, object]) -> Overlap:
+    """The overlap policy of an update's plan attributes (what :func:`changes` gives
+    for an ``overlap``). O(1)."""
+    probe = Plan()
+    probe.overlap_skip = bool(found.get("overlap_skip"))
+    for name in OVERLAP_ATTRIBUTES:
+        setattr(probe, name, found[name])
+    return overlap_of(probe)
 
 
 def changes(options: Mapping[str, Any]) -> dict[str, object]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
 
-from rota.schedules import FixedDelay, Once
+from rota.schedules import Once
 
+from .checks import check_concurrent, overlap_changed
 from .policy import Plan, jitter_offset
 from .queue import RunQueue
 from .task import (
@@ -28,7 +28,6 @@ from .task import (
     raiser,
     reported,
     run_at,
-    run_slot,
 )
 from .types import (
     FINISHED,
@@ -47,13 +46,13 @@ class Controls:
     """The engine's decisions for tasks with scheduling controls (a mixin of
     :class:`~rota._core.engine.Engine`, whose fields and decisions it uses: below)."""
 
-    __slots__ = ("_follow", "_tasks", "_waiting", "queue", "stops")
+    __slots__ = ("_tasks", "_waiting", "queue", "stops")
 
     # The engine's table, queue and concurrent runs, set by Engine.__init__ (see there)
     _tasks: dict[Hashable, Task]
     queue: RunQueue[Task]
     _waiting: int
-    _follow: bool
+    follow_moves: bool
     stops: list[Run]
     # The engine's own decisions these defer to
     claim: Callable[..., Task | None]
@@ -139,7 +138,7 @@ class Controls:
         if plan.held:
             return None
         self._sync(task, plan)
-        return self.claim(now, queued=queued) if self._follow else None
+        return self.claim(now, queued=queued) if self.follow_moves else None
 
     def _end(self, task: Task, plan: Plan) -> None:
         """A claimed run's schedule ended without it running: the task is done, or, with
@@ -249,53 +248,6 @@ class Controls:
                 return
             move(task, Status.SCHEDULED)
         self._sync(task, plan)
-
-    def adopt_runs(self, task: Task, runs: list[list[Any]], *, again: bool = False) -> None:
-        """Take in the runs of an adopted concurrent ``task`` from their stored states
-        (:func:`run_state`), then queue its next run as its state says. With
-        ``again`` (its holder's lease expired, or it gave a run back), a run that was
-        in flight is due again at its own time, as it was claimed (its attempt is not
-        counted): at-least-once, same slot and key. O(len(runs) log n).
-        """
-        plan = task.plan
-        assert plan is not None
-        plan.flying = []
-        alive = task.status not in FINISHED
-        for _slot, at, status, attempt, first_at, last_delay, replaced, skipped, skips in runs:
-            run = _new_run(task, plan, False, counted=False)
-            own = run.plan
-            assert own is not None
-            own.attempt, own.first_at, own.last_delay = attempt, first_at, last_delay
-            own.skipped, own.skips = skipped, skips
-            run.replaced = replaced
-            waiting = status == Status.SCHEDULED or again
-            if (waiting and not alive) or (again and replaced):
-                continue  # never to run: a finished task's retry, a run REPLACE stopped
-            plan.flying.append(run)
-            plan.inflight += 1
-            run.entry = (at, -1, task.entry[2])
-            if waiting:
-                run.status = Status.SCHEDULED
-                key = _Waiting()
-                self._tasks[key] = run
-                self._waiting += 1
-                run.entry = self.queue.push(at, key, own.priority)
-            else:  # claimed: whether a worker started it yet, its completion is a run's
-                run.status = Status.RUNNING
-        if again and plan.held:  # the runs it waited for to stop are gone with their node
-            plan.held = any(run.status is not Status.SCHEDULED for run in plan.flying)
-        if alive:
-            self._sync(task, plan)
-
-    def run_of(self, task: Task, slot: Time) -> Run | None:
-        """The run of concurrent ``task`` in flight for ``slot`` (:func:`run_slot`), or
-        ``None``. O(runs in flight)."""
-        plan = task.plan
-        for run in () if plan is None or plan.flying is None else plan.flying:
-            if run_slot(run) == slot and run.status is not Status.SCHEDULED:
-                assert isinstance(run, Run)
-                return run
-        return None
 
     def take_stops(self) -> list[Run]:
         """The runs REPLACE decided to stop since the last call (the scheduler signals
@@ -530,12 +482,8 @@ class Controls:
         if not found:
             return True
         plan = _plan_of(task)
-        if found.get("concurrent") and isinstance(plan.schedule, FixedDelay):
-            raise ValueError(
-                f"overlap needs slots that do not wait for a run to end, not "
-                f"{plan.schedule!r} (each of its runs starts a delay after the previous "
-                "one finished)"
-            )
+        if found.get("concurrent"):
+            check_concurrent(overlap_changed(found), plan.schedule)
         if plan.concurrent and "concurrent" in found and plan.inflight:
             raise ValueError(
                 f"update() cannot change the overlap of task {task_id!r} from "

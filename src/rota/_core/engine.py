@@ -105,14 +105,13 @@ class Engine(Controls):
     # (the table, the queue and the runs of concurrent tasks are Controls' slots)
     __slots__ = ("_backoff", "_history", "_history_limit", "_retry", "_strays")
 
-    def __init__(
-        self, backoff: Time, retry: RetryPolicy | None = None, *, follow_moves: bool = True
-    ) -> None:
+    follow_moves = True
+    """Whether a claim whose misfire policy moved its run goes on to claim in time order
+    (in memory); a store's engine of one task returns instead (see :meth:`claim`)."""
+
+    def __init__(self, backoff: Time, retry: RetryPolicy | None = None) -> None:
         self._backoff = backoff
         self._retry = retry
-        # A claim whose misfire policy moved its run goes on to claim in time order
-        # (in memory); a store's engine of one task returns instead (see claim)
-        self._follow = follow_moves
         self._tasks: dict[Hashable, Task] = {}
         # Finished ids: their final status only. Not the task (it would pin its action),
         # not its last outcome (keeping one per finished task costs ~5 % of every run).
@@ -126,18 +125,6 @@ class Engine(Controls):
         # under a key of their own (_Waiting), so a claim needs no second queue.
         self._waiting = 0
         self.stops: list[Run] = []  # runs REPLACE decided to stop, for the scheduler to signal
-
-    def reset(self) -> None:
-        """Forget every task, as a new engine with these settings knows none: a store's
-        engine of one task serves the next claim, instead of a new engine (eight
-        objects for the cyclic collector to track) being built for each. O(tasks)."""
-        self._tasks.clear()
-        self._history.clear()
-        self._strays.clear()
-        self.queue.clear()
-        self._waiting = 0
-        if self.stops:  # (a list take_stops handed out is the caller's)
-            self.stops = []
 
     # -- queries ---------------------------------------------------------
 
@@ -248,26 +235,6 @@ class Engine(Controls):
                 task.entry = self.queue.push(at, task_id, plan.priority)
         self._tasks[task_id] = task
         return True
-
-    def adopt(self, task: Task, at: Time) -> None:
-        """Take in a task rebuilt from storage, in its status, its run at ``at``. O(log n).
-
-        How a durable store reuses the engine's decisions: it rebuilds one
-        task (action, status, plan) from a stored row, adopts it into an
-        engine of its own, applies the same operation as in memory
-        (:meth:`claim`, :meth:`complete`, :meth:`cancel`, ...) and stores
-        what the task became. A ``scheduled`` task is queued (parked if
-        paused); a ``queued`` or ``running`` one is a claim held by its
-        driver; a finished one is only completed (reported), as a run of a
-        task cancelled meanwhile is.
-        """
-        plan = task.plan
-        if task.status is SCHEDULED and not task.parked:
-            task.entry = self.queue.push(at, task.entry[2], 0 if plan is None else plan.priority)
-        else:
-            task.entry = (at, -1, task.entry[2])
-        if task.status in UNFINISHED:
-            self._tasks[task.entry[2]] = task
 
     def cancel(self, task_id: Hashable) -> bool:
         """Cancel an unfinished task; ``False`` if unknown or finished. O(1) amortised.
@@ -383,7 +350,7 @@ class Engine(Controls):
         refused it). A late run of a task with a bounded misfire policy is
         decided here (see :meth:`_misfire`); if that queues another run in its
         place, the claim goes on in time order, or, for an engine made with
-        ``follow_moves=False``, returns ``None`` at once (a store claims that
+        ``follow_moves`` false, returns ``None`` at once (a store claims that
         run later, in its order with other tasks' runs). O(log n).
         """
         while True:
@@ -397,7 +364,7 @@ class Engine(Controls):
             found = self._claim_controlled(task, plan, now, queued)  # misfire and the rest
             if found is not None:
                 return found
-            if not self._follow:
+            if not self.follow_moves:
                 return None
 
     def start(self, task: Task) -> bool:

@@ -302,3 +302,9 @@ def slot_time(attempt: int, first_at: Time | None, at: Time) -> Time:
     if attempt and first_at is not None:
         return first_at
     return at
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as it is: a newer schema, an unreadable row (a stored
+    spec of a kind this version does not know), a bad URL. (Public as
+    :class:`rota.store.StoreError`.)"""

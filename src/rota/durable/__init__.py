@@ -9,10 +9,10 @@ the file, and each slot's run is recorded once. See ``docs/durability.md``.
 stored form that a job file's loader checks before anything is stored.
 """
 
+from rota._core.codec import json_value, resolve_path
 from rota._core.types import GivenBack, RunCancelled
 from rota._scheduling.reads import Entry
 
-from ._codec import json_value, resolve_path
 from ._reads import zone_of
 from ._rows import StoredError, removed
 from ._scheduler import DurableScheduler

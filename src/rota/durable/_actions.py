@@ -15,10 +15,9 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
+from rota._core import codec as _codec
 from rota._core import validate as _validate
 from rota.store import Known
-
-from . import _codec
 
 logger = logging.getLogger("rota.durable")
 

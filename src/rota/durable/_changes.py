@@ -9,11 +9,13 @@ from abc import abstractmethod
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
+from rota._core import codec as _codec
 from rota._core import validate as _validate
 from rota._core.calls import prepare
 from rota._core.checks import check_stoppable, slots_in, updated_call
 from rota._core.events import Event, EventKind
 from rota._core.policy import Cursor, Plan, RetryPolicy, Schedule
+from rota._core.stored import plan_spec, spec_changes
 from rota._core.task import admitted, deferred
 from rota._core.types import (
     FINISHED,
@@ -24,17 +26,14 @@ from rota._core.types import (
 from rota._scheduling.tasks import Tasks
 from rota.store import Change, Store, TaskRow
 
-from . import _codec
 from ._actions import Actions
 from ._rows import (
     Held,
     dump,
     never,
     new_row,
-    overlap_spec,
     restore,
     slot_of,
-    spec_of,
 )
 
 
@@ -142,18 +141,8 @@ class StoredChanges(Tasks):
         spec = {
             "args": stored_args,
             "kwargs": stored_kwargs,
-            "schedule": _codec.schedule_spec(plan.schedule),
-            "max_retries": plan.max_retries,
-            "retry": _codec.retry_spec(plan.retry or self._retry, self._backoff),
-            "retry_on": _codec.retry_on_spec(plan.retry_on),
-            "misfire": plan.misfire,
+            **plan_spec(plan, self._retry, self._backoff),
         }
-        for key, value in (
-            ("overlap", overlap_spec(plan)), ("deadline", plan.deadline),
-            ("jitter", plan.jitter), ("end", plan.end), ("max_runs", plan.max_runs),
-        ):  # fmt: skip
-            if value is not None:  # stored only when set: rows without them stay as they were
-                spec[key] = value
         return Stored(name, spec)
 
     def row(self, task_id: str, first: Time, action: Stored, plan: Plan) -> TaskRow:
@@ -306,7 +295,7 @@ class StoredChanges(Tasks):
         completion is committed. ``args``/``kwargs`` must be JSON and fit the action
         (checked where this process knows it). One transaction. Raises ``TypeError``
         for options a store cannot keep."""
-        fragment = spec_of(found)
+        fragment = spec_changes(found)
         if "retry" in found:  # None: the scheduler's default, stored as what it is
             policy: Any = found["retry"] or self._retry
             fragment["retry"] = _codec.retry_spec(policy, self._backoff)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import Hashable
 
+from rota._core import codec as _codec
 from rota._core.task import task_info
 from rota._core.types import FINISHED, NO_SKIPS, RunOutcome, Status, TaskInfo, Time, result_of
 from rota._scheduling.reads import Entry
 from rota.store import NodeRow, OutcomeRow, StoreError, TaskRow, redacted
 
-from . import _codec
 from ._changes import StoredChanges
 from ._rows import StoredError, removed, slot_of, value_from
 

@@ -12,14 +12,19 @@ therefore the engine's, whether a task lives in memory or in a database.
 from __future__ import annotations
 
 import json
-from collections import deque
 from typing import Any
 
-from rota._core.checks import OVERLAP_ATTRIBUTES, overlap_of, set_overlap
-from rota._core.controls import WINDOWS
 from rota._core.engine import Engine
-from rota._core.policy import Plan, RetryPolicy, Schedule
-from rota._core.task import Task, run_state
+from rota._core.policy import Plan
+from rota._core.stored import (
+    Policies,
+    StoredEngine,
+    applied_spec,
+    plan_from_json,
+    plan_state,
+    policies_of,
+)
+from rota._core.task import Task
 from rota._core.types import (
     FINISHED,
     Action,
@@ -32,8 +37,6 @@ from rota._core.types import (
     value_text,
 )
 from rota.store import OutcomeRow, TaskRow
-
-from . import _codec
 
 RUNNING, SCHEDULED = Status.RUNNING, Status.SCHEDULED
 
@@ -49,7 +52,7 @@ class Held(Task):
 
     __slots__ = ("adopted", "cancelled", "engine", "lost", "row", "until")
 
-    engine: Engine
+    engine: StoredEngine
     row: TaskRow
     adopted: Any
     until: Time
@@ -68,36 +71,18 @@ def restore(
     status: Status | None = None,
     *,
     again: bool = False,
-    engine: Engine | None = None,
+    engine: StoredEngine | None = None,
 ) -> Held:
     """Rebuild the task a row describes, in ``status`` (default: the row's), adopted
     by ``engine`` (an engine of one task that knows none now: see
-    :meth:`~rota._core.engine.Engine.reset`), or a new one. O(1); a concurrent task
+    :meth:`~rota._core.stored.StoredEngine.reset`), or a new one. O(1); a concurrent task
     (``Overlap.allow(n)``, ``REPLACE``) is rebuilt with its runs in flight, due again
-    with ``again`` (see :meth:`~rota._core.engine.Engine.adopt_runs`): O(runs).
+    with ``again`` (see :meth:`~rota._core.stored.StoredEngine.adopt_runs`): O(runs).
 
     Raises what decoding a stored spec raises (:class:`~rota.store.StoreError`
     for an unknown kind, ``ImportError`` for a ``retry_on`` type no longer there).
     """
-    spec, state = row.spec, row.state
-    schedule, retry, retry_on, controlled = _policies(row)
-    stored = state["cursor"]
-    cursor = None if stored is None else schedule.resume(stored[0])  # type: ignore[attr-defined]
-    plan = Plan(cursor, spec["max_retries"], retry, spec["misfire"], row.priority)
-    plan.retry_on = retry_on
-    plan.schedule = schedule
-    plan.paused = row.paused
-    plan.backlog = deque(state["backlog"]) if state["backlog"] else None
-    plan.attempt = state["attempt"]
-    plan.skipped = state["skipped"]
-    plan.last_delay = state["last_delay"]
-    plan.rescheduled = state["rescheduled"]
-    plan.slot = state["slot"]
-    plan.first_at = state["first_at"]
-    if controlled or (len(state) > BASE_STATE and CONTROL_STATE.intersection(state)):
-        _controls(plan, spec, state)
-    elif row.paused:
-        plan.extra = True  # (a misfire policy sets it when the plan is made)
+    plan = plan_from_json(row.spec, row.state, _policies(row), row.priority, row.paused)
     task = Held.__new__(Held)
     task.action = action
     task.status = status or Status(row.status)
@@ -108,18 +93,14 @@ def restore(
     task.until = row.lease_until if row.lease_until is not None else 0
     task.lost = task.cancelled = False
     # claims in time order across the store: one task an engine (see Engine.claim)
-    task.engine = Engine(1, follow_moves=False) if engine is None else engine
+    task.engine = StoredEngine(1) if engine is None else engine
     if plan.concurrent:
-        _adopt_concurrent(task, plan, state, again)
+        _adopt_concurrent(task, plan, row.state, again)
     else:
         task.engine.adopt(task, row.due)
     task.adopted = task.entry
     return task
 
-
-Policies = tuple[Schedule, RetryPolicy, _codec.StoredTypes | None, bool]
-"""A stored spec's schedule, retry policy and ``retry_on``, and whether it sets a
-scheduling control (:data:`CONTROLS`)."""
 
 _POLICIES: dict[str, Policies] = {}
 
@@ -132,26 +113,17 @@ def _policies(row: TaskRow) -> Policies:
     Raises what decoding them raises (see :func:`restore`)."""
     raw = row.spec_text
     if raw is None or raw[0] is not row.spec:  # (a row built here, or a spec replaced)
-        return _policies_of(row.spec)
+        return policies_of(row.spec)
     found = _POLICIES.get(raw[1])
     if found is None:
         if len(_POLICIES) >= CACHED_SPECS:
             _POLICIES.clear()
-        found = _POLICIES[raw[1]] = _policies_of(row.spec)
+        found = _POLICIES[raw[1]] = policies_of(row.spec)
     return found
 
 
 CACHED_SPECS = 1024
 """The most spec texts whose policies are kept (the cache starts over past that)."""
-
-
-def _policies_of(spec: dict[str, Any]) -> Policies:
-    return (
-        _codec.schedule_from(spec["schedule"]),
-        _codec.retry_from(spec["retry"]),
-        _codec.retry_on_from(spec["retry_on"]),
-        bool(CONTROLS.intersection(spec)),
-    )
 
 
 def _adopt_concurrent(task: Held, plan: Plan, state: dict[str, Any], again: bool) -> None:
@@ -164,125 +136,6 @@ def _adopt_concurrent(task: Held, plan: Plan, state: dict[str, Any], again: bool
     task.engine.adopt_runs(task, list(flying), again=again)
 
 
-CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs"})
-"""The spec keys of the scheduling controls, stored only when set (rows written
-before them, or by tasks that use none, have none)."""
-CONTROL_STATE = frozenset(
-    {"runs", "nominal", "extra_runs", "extras", "skips", "pending", "windows", "flying"}
-)
-"""The state keys the controls keep, stored only when set."""
-
-
-def _controls(plan: Plan, spec: dict[str, Any], state: dict[str, Any]) -> None:
-    """Set a restored plan's scheduling controls from its spec and state."""
-    _apply_spec(plan, spec)
-    plan.runs = state.get("runs", 0)
-    plan.nominal = state.get("nominal")
-    plan.extra_runs = state.get("extra_runs", 0)
-    plan.extras = state.get("extras")
-    plan.skips = state.get("skips")
-    windows = state.get("windows")
-    if windows:
-        plan.windows = deque(((start, end) for start, end in windows), maxlen=WINDOWS)
-    pending = state.get("pending")
-    if pending:
-        probe = Plan()
-        _apply_spec(probe, pending)
-        plan.pending = {name: getattr(probe, name) for name in _attributes(pending)}
-    plan.held = state.get("held", False)
-    ended = state.get("ended")
-    plan.ended = None if ended is None else Status(ended)
-    plan.extra = plan.uses_controls()
-
-
-def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
-    """Set the plan attributes a spec (or a spec fragment) names."""
-    for key, value in spec.items():
-        if key == "overlap":
-            set_overlap(plan, _codec.overlap_from(value))
-        elif key == "max_retries":
-            plan.max_retries = value
-        elif key == "retry":
-            plan.retry = _codec.retry_from(value)
-        elif key == "retry_on":
-            plan.retry_on = _codec.retry_on_from(value)
-        elif key in ("misfire", "deadline", "jitter", "end", "max_runs", "priority"):
-            setattr(plan, key, value)
-
-
-_ATTRIBUTES = {"overlap": ("overlap_skip", *OVERLAP_ATTRIBUTES)}
-
-
-def _attributes(spec: dict[str, Any]) -> list[str]:
-    """The plan attributes a spec fragment sets."""
-    return [name for key in spec for name in _ATTRIBUTES.get(key, (key,))]
-
-
-def spec_of(found: dict[str, object]) -> dict[str, Any]:
-    """Plan attributes (what :func:`rota._core.checks.changes` gives) as the spec
-    fragment that stores them; ``priority`` included (a column, not in the spec).
-    Raises ``TypeError`` for a retry policy or ``retry_on`` a store cannot keep."""
-    fragment: dict[str, Any] = {}
-    for name, value in found.items():
-        if name == "overlap_skip":  # the policy, from it and OVERLAP_ATTRIBUTES
-            probe = Plan()
-            probe.overlap_skip = bool(value)
-            for attribute in OVERLAP_ATTRIBUTES:
-                if attribute in found:
-                    setattr(probe, attribute, found[attribute])
-            fragment["overlap"] = overlap_spec(probe)
-        elif name in OVERLAP_ATTRIBUTES:
-            continue
-        elif name == "retry":
-            fragment["retry"] = _codec.retry_spec(value, 1)  # type: ignore[arg-type]
-        elif name == "retry_on":
-            stored = value.paths if isinstance(value, _codec.StoredTypes) else None
-            fragment["retry_on"] = (
-                sorted(stored) if stored is not None else _codec.retry_on_spec(value)
-            )
-        else:
-            fragment[name] = value
-    return fragment
-
-
-def state_of(plan: Plan) -> dict[str, Any]:
-    """A plan's run state as stored: cursor position, retries, backlog, skips (and,
-    for a task with scheduling controls, what they keep)."""
-    cursor = plan.cursor
-    state: dict[str, Any] = {
-        "cursor": None if cursor is None else [cursor.state()],  # type: ignore[attr-defined]
-        "slot": plan.slot,
-        "first_at": plan.first_at,
-        "attempt": plan.attempt,
-        "last_delay": plan.last_delay,
-        "backlog": None if not plan.backlog else list(plan.backlog),
-        "skipped": plan.skipped,
-        "rescheduled": plan.rescheduled,
-    }
-    if plan.extra or plan.skips:
-        for key, value in (
-            ("runs", plan.runs), ("nominal", plan.nominal), ("extra_runs", plan.extra_runs),
-            ("extras", plan.extras), ("skips", plan.skips),
-            ("windows", None if not plan.windows else [list(w) for w in plan.windows]),
-            ("pending", None if not plan.pending else spec_of(plan.pending)),
-            ("flying", None if not plan.flying else [run_state(r) for r in plan.flying]),
-            ("held", plan.held), ("ended", None if plan.ended is None else str(plan.ended)),
-        ):  # fmt: skip
-            if value:
-                state[key] = value
-    return state
-
-
-BASE_STATE = len(state_of(Plan()))
-"""How many keys the state of a task without controls has: every stored state has
-them, and only a state with more can hold a control's."""
-
-
-def overlap_spec(plan: Plan) -> object:
-    """A plan's overlap policy as a spec stores it (``None``: the default, BUFFER). O(1)."""
-    return _codec.overlap_spec(overlap_of(plan))
-
-
 def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
     """The row for what ``task`` became, and whether its run was queued anew.
 
@@ -292,7 +145,7 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
     plan = task.plan
     assert plan is not None
     old = task.row
-    state = state_of(plan)
+    state = plan_state(plan)
     due = task.entry[0]
     if plan.concurrent:  # its lease is kept while any run of it is in flight
         keep_lease = bool(plan.flying)
@@ -305,9 +158,8 @@ def dump(task: Held, *, keep_lease: bool) -> tuple[TaskRow, bool]:
                 due = head
     spec = old.spec  # specs are replaced, never changed in place: shared, with its JSON
     pending = old.state.get("pending")
-    if pending and not plan.pending:  # the engine applied the changes that waited: as set
-        applied = spec_of({name: getattr(plan, name) for name in _attributes(pending)})
-        spec = {**spec, **{k: v for k, v in applied.items() if k != "priority"}}
+    if pending and not plan.pending:  # the engine applied the changes that waited
+        spec = applied_spec(spec, pending, plan)
     row = TaskRow(
         old.task_id,
         old.action,
@@ -399,7 +251,7 @@ def new_row(
     due = engine.next_time()
     assert due is not None
     return TaskRow(
-        task_id, action, spec, state_of(plan), str(Status.SCHEDULED), False, due, plan.priority
+        task_id, action, spec, plan_state(plan), str(Status.SCHEDULED), False, due, plan.priority
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rota._core.calls import Bound, prepare
-from rota._core.engine import Engine
+from rota._core.stored import StoredEngine, plan_state
 from rota._core.task import Run, Task, raiser, run_at
 from rota._core.types import (
     RELEASED,
@@ -24,7 +24,7 @@ from rota._core.types import (
 from rota.store import Change, TaskRow
 
 from ._held import HeldRuns
-from ._rows import Held, dump, restore, state_of
+from ._rows import Held, dump, restore
 
 logger = logging.getLogger("rota.durable")
 """Leases lost and taken over, actions no node here knows, store faults."""
@@ -48,7 +48,7 @@ class Triage(HeldRuns):
 
     __slots__ = ("_engines", "_lease", "_max_expiries")
 
-    _engines: list[Engine]
+    _engines: list[StoredEngine]
     _lease: Time
     _max_expiries: int
 
@@ -87,7 +87,7 @@ class Triage(HeldRuns):
             claimed = task.engine.claim(now, queued=True)
             plan = task.plan
             # (a plan without controls, plan.extra false, is not changed by a claim)
-            if claimed is None or (plan.extra and task.row.state != state_of(plan)):
+            if claimed is None or (plan.extra and task.row.state != plan_state(plan)):
                 # The misfire policy decided: store its decision. A run it moved to a
                 # later slot is given back at that time, to be claimed in time order
                 # with every other task's runs (as in memory); so is one it ended.
@@ -117,7 +117,7 @@ class Triage(HeldRuns):
             action.fence, action.expiries = row.fence, row.expiries
         status = Status.QUEUED if again else Status.SCHEDULED
         try:  # (list.pop is atomic: claims on other threads pop engines too)
-            engine: Engine | None = self._engines.pop()
+            engine: StoredEngine | None = self._engines.pop()
         except IndexError:
             engine = None
         task = restore(row, action, status, again=again, engine=engine)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from rota._core.types import StoreError
+
 from ._base import (
     Change,
     Edit,
@@ -27,7 +29,6 @@ from ._base import (
     NodeRow,
     OutcomeRow,
     Store,
-    StoreError,
     TaskRow,
     redacted,
 )

@@ -33,7 +33,17 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from rota._core.types import CLAIMED, FINISHED, LEASED, NO_SKIPS, Skips, Status, Time, sql_set
+from rota._core.types import (
+    CLAIMED,
+    FINISHED,
+    LEASED,
+    NO_SKIPS,
+    Skips,
+    Status,
+    StoreError,
+    Time,
+    sql_set,
+)
 
 T = TypeVar("T")
 
@@ -450,10 +460,6 @@ class Known(NamedTuple):
     def claims(self, row: TaskRow) -> bool:
         """Whether a claim by this node may take ``row``. O(1) for sets."""
         return row.action in self and row.task_id not in self.refused
-
-
-class StoreError(RuntimeError):
-    """The store cannot be used as it is: a newer schema, an unreadable row, a bad URL."""
 
 
 def actions_sql(table: str, claimable: str) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
-from rota._core.types import Time
+from rota._core.types import StoreError, Time
 
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
@@ -43,7 +43,6 @@ from ._base import (
     NodeRow,
     OutcomeRow,
     StoreBase,
-    StoreError,
     T,
     TaskRow,
     actions_sql,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._base import StoreError
+from rota._core.types import StoreError
 
 
 def migrate(version: int, steps: list[list[str]], run: Callable[[str], object], where: str) -> int:

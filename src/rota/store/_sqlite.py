@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from rota._core.types import Time
+from rota._core.types import StoreError, Time
 
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
@@ -38,7 +38,6 @@ from ._base import (
     NodeRow,
     OutcomeRow,
     StoreBase,
-    StoreError,
     T,
     TaskRow,
     actions_sql,

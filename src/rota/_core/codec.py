@@ -14,12 +14,12 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from rota._core.policy import RetryPolicy, Schedule
-from rota._core.types import Time
 from rota.overlap import Overlap
 from rota.retry import Backoff, NoRetry
 from rota.schedules import FixedDelay, FixedRate, Once
-from rota.store import StoreError
+
+from .policy import RetryPolicy, Schedule
+from .types import StoreError, Time
 
 T = TypeVar("T")
 JSON_HELP = "str, int, float, bool, None, and lists and dicts (with str keys) of them"
@@ -211,6 +211,8 @@ def retry_on_spec(retry_on: object) -> list[str] | None:
     """Exception types as import paths; ``TypeError`` for a predicate or a local class."""
     if retry_on is None:
         return None
+    if isinstance(retry_on, StoredTypes):  # read from a store: as it was stored
+        return list(retry_on.listed)
     types = retry_on if isinstance(retry_on, tuple) else (retry_on,)
     paths = []
     for kind in types:
@@ -239,13 +241,14 @@ class StoredTypes:
     ``isinstance``; and a row, which whoever can write the store can write, cannot
     make a node import a module. O(depth of the error's class hierarchy) a call."""
 
-    __slots__ = ("paths",)
+    __slots__ = ("listed", "paths")
 
     def __init__(self, paths: Iterable[str]) -> None:
-        self.paths = frozenset(paths)
+        self.listed = tuple(paths)  # as stored, in order
+        self.paths = frozenset(self.listed)
 
     def __call__(self, error: BaseException) -> bool:
         return any(f"{k.__module__}:{k.__qualname__}" in self.paths for k in type(error).__mro__)
 
     def __repr__(self) -> str:
-        return f"StoredTypes({sorted(self.paths)!r})"
+        return f"StoredTypes({list(self.listed)!r})"
