@@ -40,7 +40,7 @@ class Source:
     store (durable) or a snapshot under the scheduler's lock (memory): the scheduler's
     table answers (:class:`~rota.Tasks`, its read half). Creating it begins the
     record of runs where the table keeps one only when asked (memory: the outcomes
-    before are not in its history, at most :data:`KEEP` per task)."""
+    before are not in its history, at most the latest 100 of each task)."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler

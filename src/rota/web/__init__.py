@@ -50,7 +50,7 @@ def asgi_app(
     ``runs``: count this process's runs in ``/metrics`` (a listener on the
     scheduler), or a :class:`~rota.metrics.Collector` already counting.
     An in-memory scheduler's history holds the outcomes reported from now
-    on (:data:`rota.observe.KEEP` per task). Raises ``TypeError`` for a
+    on (the latest 100 of each task). Raises ``TypeError`` for a
     ``scheduler`` that is not a Scheduler, ``ValueError`` for an empty token.
     """
     read = source(scheduler)
