@@ -3,14 +3,19 @@ the DST rules of a window's edges, the holidays extra, and the value as data."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rota.calendars import Calendar, Window
+from rota import FixedDelay, FixedRate, ManualClock, Once
+from rota._core import codec
+from rota.calendars import AnyOf, BusinessDay, Calendar, Window
 
 NY = "America/New_York"
 
@@ -210,3 +215,150 @@ def test_the_value_reads_back_from_its_json(
     assert back == cal
     assert hash(back) == hash(cal)
     assert back.to_json() == cal.to_json()
+
+
+# -- AnyOf and BusinessDay ----------------------------------------------------------
+
+
+def take(schedule: Any, now: float, n: int) -> list[float]:
+    cursor = schedule.start(now)
+    found = []
+    for _ in range(n):
+        at = cursor.next(now)
+        if at is None:
+            break
+        found.append(at)
+    return found
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 50), st.integers(0, 100)), min_size=1, max_size=4),
+    st.lists(st.integers(0, 300), max_size=3),
+    st.integers(1, 40),
+)
+def test_any_of_is_the_sorted_union_of_its_members(
+    rates: list[tuple[int, int]], ones: list[int], n: int
+) -> None:
+    """Oracle: every member's times, merged, a time given twice counted once."""
+    members: list[Any] = [FixedRate(p, start=s) for p, s in rates]
+    members += [Once(at=a) for a in ones]
+    union = AnyOf(*members)
+    everything = sorted({t for m in members for t in take(m, 0, n + 300)})
+    assert take(union, 0, n) == everything[:n]
+    # and from its stored state, at every step, it goes on as it would have
+    cursor = union.start(0)
+    seen = []
+    for _ in range(n):
+        state = json.loads(json.dumps(cursor.state()))  # type: ignore[attr-defined]
+        cursor = union.resume(state)
+        at = cursor.next(0)
+        if at is None:
+            break
+        seen.append(at)
+    assert seen == everything[:n]
+
+
+def test_any_of_refuses_what_it_cannot_join() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        AnyOf()
+    with pytest.raises(ValueError, match="waits for the previous one"):
+        AnyOf(FixedRate(5), FixedDelay(5))
+    with pytest.raises(TypeError, match="AnyOf takes schedules"):
+        AnyOf(FixedRate(5), 5)  # type: ignore[arg-type]
+
+
+def _business_oracle(cal: Calendar, n: int, at: time, year: int, month: int) -> datetime | None:
+    days = [date(year, month, d) for d in range(1, 32) if _valid(year, month, d)]
+    business = [d for d in days if d.weekday() not in cal.weekends and d not in cal.holidays]
+    index = n - 1 if n > 0 else n
+    if not -len(business) <= index < len(business):
+        return None
+    return datetime.combine(business[index], at, tzinfo=ZoneInfo(cal.tz))
+
+
+def _valid(year: int, month: int, day: int) -> bool:
+    try:
+        date(year, month, day)
+    except ValueError:
+        return False
+    return True
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(-23, 23).filter(bool),
+    st.sampled_from([time(9), time(17, 30), time(0, 0)]),
+    st.sets(st.integers(0, 6), max_size=3),
+    st.lists(st.dates(min_value=date(2026, 1, 1), max_value=date(2027, 12, 31)), max_size=30),
+    st.sampled_from(["UTC", NY, "Europe/Berlin"]),
+)
+def test_business_day_is_the_nth_business_day_of_each_month(
+    n: int, at: time, weekends: set[int], holidays: list[date], tz: str
+) -> None:
+    """Oracle: each month's business days listed, the n-th picked (months with fewer
+    have no slot); times chosen off DST transitions."""
+    cal = Calendar("c", tz=tz, weekends=weekends, holidays=holidays)
+    schedule = BusinessDay(n, at, cal)
+    start = datetime(2026, 1, 1, tzinfo=UTC).timestamp() - 1  # so a slot at 00:00 counts
+    expected = [
+        slot.timestamp()
+        for year in (2026, 2027)
+        for month in range(1, 13)
+        if (slot := _business_oracle(cal, n, at, year, month)) is not None
+        and slot.timestamp() > start
+    ]
+    got = [
+        t for t in take(schedule, start, 30) if t < datetime(2028, 1, 1, tzinfo=UTC).timestamp()
+    ]
+    assert got == expected
+    back = codec.schedule_from(json.loads(json.dumps(schedule.spec())))
+    assert take(back, start, 5) == take(schedule, start, 5)
+
+
+def test_business_day_refuses_bad_input() -> None:
+    cal = Calendar("c")
+    for n in (0, 24, -24):
+        with pytest.raises(ValueError, match="n must be 1 to 23"):
+            BusinessDay(n, time(9), cal)
+    with pytest.raises(TypeError, match="n must be an int"):
+        BusinessDay(1.5, time(9), cal)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="at must be a naive"):
+        BusinessDay(1, "09:00", cal)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="calendar must be"):
+        BusinessDay(1, time(9), None)
+
+
+def test_the_last_business_day_of_december_2026_at_five() -> None:
+    cal = Calendar("nyse", tz=NY, holidays=[date(2026, 12, 25), date(2026, 12, 31)])
+    schedule = BusinessDay(-1, time(17), cal)
+    (slot,) = take(schedule, datetime(2026, 12, 1, tzinfo=UTC).timestamp(), 1)
+    assert datetime.fromtimestamp(slot, ZoneInfo(NY)) == datetime(
+        2026, 12, 30, 17, tzinfo=ZoneInfo(NY)
+    )
+
+
+def test_both_schedules_run_on_every_table(make_sched: Callable[..., Any]) -> None:
+    """Through a scheduler, in memory and stored: the same runs at the same times,
+    with misfire and max_runs as for any schedule."""
+    start = datetime(2026, 12, 1, tzinfo=UTC).timestamp()
+    clock = ManualClock(start)
+    epoch = {"epoch": True} if make_sched.backend == "memory" else {}  # type: ignore[attr-defined]
+    sched = make_sched(clock=clock, **epoch)
+    cal = Calendar("nyse", tz=NY, holidays=[date(2026, 12, 25), date(2027, 1, 1)])
+    union = AnyOf(BusinessDay(1, time(9), cal), BusinessDay(-1, time(17), cal))
+    sched.schedule("month", union, noop, max_runs=3)
+    ran = []
+    for _ in range(6):
+        at = sched.next_run_time("month")
+        if at is None:
+            break
+        clock.set(at)
+        ran += [o.at for o in sched.tick(at)]
+    shown = [datetime.fromtimestamp(t, ZoneInfo(NY)).strftime("%Y-%m-%d %H:%M") for t in ran]
+    assert shown == ["2026-12-01 09:00", "2026-12-31 17:00", "2027-01-04 09:00"]
+    assert sched.status("month").value == "done"
+
+
+def noop(at: float) -> None:
+    pass

@@ -10,6 +10,9 @@ about, never fetching anything.
 Windows are half-open, ``[start, end)``. A daily window's edge that falls in a DST
 gap is taken at the gap's end, and in a repeated hour at its first occurrence
 (cron's rule).
+
+Two schedules use them: :class:`AnyOf` (several schedules of one task) and
+:class:`BusinessDay` (the n-th business day of each month at a local time).
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from rota._core.policy import Cursor, Schedule
+from rota._core.types import Time
+from rota.schedules import FixedDelay
 
 DAY = timedelta(days=1)
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -251,7 +258,7 @@ class Calendar:
 
     def _day(self, day: object) -> date:
         if isinstance(day, datetime):
-            return self._local(day).date()
+            return self.local(day).date()
         if isinstance(day, date):
             return day
         raise TypeError(f"day must be a datetime.date, got {day!r}")
@@ -262,13 +269,13 @@ class Calendar:
         """Whether the instant ``when`` (an aware datetime, a naive one read in the
         calendar's zone, or epoch seconds) falls on a business day and outside every
         window and period. Raises ``TypeError`` for anything else. O(windows)."""
-        local = self._local(when)
+        local = self.local(when)
         return self.is_business_day(local.date()) and self.window_at(local) is None
 
     def window_at(self, when: datetime | float) -> Window | None:
         """The window or period of this calendar that ``when`` falls in, else
         ``None``. O(windows)."""
-        local = self._local(when)
+        local = self.local(when)
         instant = local.astimezone(UTC)
         for window in self._daily:
             if self._in_daily(window, local.date(), instant):
@@ -315,7 +322,9 @@ class Calendar:
                 low = middle
         return high.replace(microsecond=0) if high.microsecond else high
 
-    def _local(self, when: object) -> datetime:
+    def local(self, when: object) -> datetime:
+        """``when`` (an aware or naive datetime, or epoch seconds) as a datetime in the
+        calendar's zone. Raises ``TypeError`` for anything else. O(1)."""
         if isinstance(when, datetime):
             if when.tzinfo is None:
                 return when.replace(tzinfo=self._zone)
@@ -436,3 +445,207 @@ def _observed(country: object, subdiv: object) -> Any:
     except NotImplementedError:
         where = f"country {country!r}" + ("" if subdiv is None else f" subdivision {subdiv!r}")
         raise ValueError(f"the holidays package knows no {where}") from None
+
+
+# -- schedules -------------------------------------------------------------------
+
+
+class AnyOf:
+    """The union of several schedules of one task (cron, fixed rate, once, your own):
+    every time any of them gives, in order; a time given by several is one slot.
+    ``AnyOf(Cron("0 9 * * 1-5", tz=...), Cron("0 12 * * 6", tz=...))``.
+
+    Raises ``TypeError`` for a member that is not a schedule, ``ValueError`` for none
+    or a ``FixedDelay`` (its runs wait for the previous run's end: a union has no such
+    run). O(members) per slot, plus what the members' cursors cost.
+    """
+
+    __slots__ = ("epoch", "schedules")
+
+    schedules: tuple[Schedule, ...]
+    epoch: bool
+
+    def __init__(self, *schedules: Schedule) -> None:
+        if not schedules:
+            raise ValueError("AnyOf needs at least one schedule")
+        for member in schedules:
+            if not callable(getattr(member, "start", None)):
+                raise TypeError(f"AnyOf takes schedules (with start()), got {member!r}")
+            if isinstance(member, FixedDelay):
+                raise ValueError(
+                    f"AnyOf cannot take {member!r}: each of its runs waits for the "
+                    "previous one to end"
+                )
+        object.__setattr__(self, "schedules", tuple(schedules))
+        object.__setattr__(self, "epoch", any(getattr(m, "epoch", False) for m in schedules))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("an AnyOf is immutable")
+
+    def __repr__(self) -> str:
+        return f"AnyOf({', '.join(repr(m) for m in self.schedules)})"
+
+    def start(self, now: Time) -> Cursor:
+        """A cursor over the union of the members' times for a task scheduled at
+        ``now``."""
+        return _AnyCursor([m.start(now) for m in self.schedules], None)
+
+    def spec(self) -> dict[str, object]:
+        """This schedule as JSON-compatible data: its members' specs. Raises
+        ``TypeError`` for a member a store cannot keep (no ``spec()``)."""
+        specs = []
+        for member in self.schedules:
+            spec = getattr(member, "spec", None)
+            if not callable(spec):
+                raise TypeError(f"AnyOf member {member!r} has no spec(): a store cannot keep it")
+            specs.append(spec())
+        return {"kind": "any_of", "schedules": specs}
+
+    def resume(self, state: object) -> Cursor:
+        """A cursor at the position ``state`` (a cursor's ``state()``) describes."""
+        if not (isinstance(state, list) and len(state) == len(self.schedules)):
+            raise ValueError(f"state must hold one entry per member, got {state!r}")
+        cursors = [m.resume(s[0]) for m, s in zip(self.schedules, state, strict=True)]  # type: ignore[attr-defined]
+        return _AnyCursor(cursors, [(s[1], s[2]) for s in state])
+
+
+class _AnyCursor:
+    """Each member's cursor and the time it gave that is still to run (``None``: ask
+    it again), or that it has ended."""
+
+    __slots__ = ("_cursors", "_ended", "_pending")
+
+    def __init__(self, cursors: list[Cursor], pending: list[tuple[Any, bool]] | None) -> None:
+        self._cursors = cursors
+        self._pending: list[Time | None] = [None] * len(cursors)
+        self._ended = [False] * len(cursors)
+        if pending is not None:
+            for i, (at, ended) in enumerate(pending):
+                self._pending[i], self._ended[i] = at, ended
+
+    def next(self, now: Time) -> Time | None:
+        for i, cursor in enumerate(self._cursors):
+            if self._pending[i] is None and not self._ended[i]:
+                at = cursor.next(now)
+                self._pending[i] = at
+                self._ended[i] = at is None
+        times = [at for at in self._pending if at is not None]
+        if not times:
+            return None
+        first = min(times)
+        for i, at in enumerate(self._pending):
+            if at is not None and at <= first:  # the same slot from several: one run
+                self._pending[i] = None
+        return first
+
+    def state(self) -> list[list[Any]]:
+        """Where this cursor is: per member, its cursor's state, the time it gave that
+        is still to run, and whether it ended."""
+        return [
+            [cursor.state(), at, ended]  # type: ignore[attr-defined]
+            for cursor, at, ended in zip(self._cursors, self._pending, self._ended, strict=True)
+        ]
+
+
+MONTHS = 1200
+"""How many months ahead a :class:`BusinessDay` looks for its next slot (a hundred
+years) before it ends."""
+
+
+class BusinessDay:
+    """The ``n``-th business day of ``calendar`` each month, at the local time ``at``
+    (in the calendar's zone; in a DST gap at the gap's end, in a repeated hour at its
+    first occurrence); ``n=-1`` the last business day, ``-2`` the one before. A month
+    with fewer business days than ``abs(n)`` has no slot (nothing is skipped).
+
+    Raises ``TypeError`` for an ``n`` that is not an int, an ``at`` that is not a
+    naive ``datetime.time`` or a ``calendar`` that is not a :class:`Calendar`;
+    ``ValueError`` for ``n == 0`` or ``abs(n) > 23``. O(days of the months crossed)
+    per slot.
+    """
+
+    __slots__ = ("at", "calendar", "n")
+
+    n: int
+    at: time
+    calendar: Calendar
+    epoch = True
+    """Slots are wall-clock instants: a scheduler on a monotonic clock refuses it."""
+
+    def __init__(self, n: int, at: time = time(9, 0), calendar: Calendar | None = None) -> None:
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise TypeError(f"n must be an int, got {n!r}")
+        if n == 0 or abs(n) > 23:
+            raise ValueError(f"n must be 1 to 23 or -1 to -23, got {n!r}")
+        if not isinstance(at, time) or at.tzinfo is not None:
+            raise TypeError(f"at must be a naive datetime.time (the calendar's zone), got {at!r}")
+        if not isinstance(calendar, Calendar):
+            raise TypeError(f"calendar must be a rota.calendars.Calendar, got {calendar!r}")
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "calendar", calendar)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a BusinessDay is immutable")
+
+    def __repr__(self) -> str:
+        return f"BusinessDay({self.n!r}, at={self.at!r}, calendar={self.calendar.name!r})"
+
+    def day_in(self, year: int, month: int) -> date | None:
+        """The month's ``n``-th business day, ``None`` if it has fewer. O(days)."""
+        first = date(year, month, 1)
+        days = []
+        day = first
+        while day.month == month:
+            if self.calendar.is_business_day(day):
+                days.append(day)
+            day += DAY
+        index = self.n - 1 if self.n > 0 else self.n
+        return days[index] if -len(days) <= index < len(days) else None
+
+    def next_after(self, t: Time) -> Time | None:
+        """The first slot strictly after epoch time ``t``, ``None`` if none within
+        :data:`MONTHS` months. O(days of the months crossed)."""
+        local = self.calendar.local(t)
+        year, month = local.year, local.month
+        for _ in range(MONTHS):
+            day = self.day_in(year, month)
+            if day is not None:
+                slot: Time = self.calendar.at(day, self.at).timestamp()
+                if slot > t:
+                    return slot
+            year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+        return None
+
+    def start(self, now: Time) -> Cursor:
+        """A cursor over the slots after ``now`` (epoch seconds)."""
+        return _BusinessCursor(self, now)
+
+    def spec(self) -> dict[str, object]:
+        """This schedule as JSON-compatible data, its calendar with it. O(calendar)."""
+        return {"kind": "business_day", "n": self.n, "at": self.at.isoformat(),
+                "calendar": self.calendar.to_json()}  # fmt: skip
+
+    def resume(self, state: object) -> Cursor:
+        """A cursor at the position ``state`` (its last slot) describes."""
+        if not isinstance(state, int | float) or isinstance(state, bool):
+            raise ValueError(f"state must be the last slot (epoch seconds), got {state!r}")
+        return _BusinessCursor(self, state)
+
+
+class _BusinessCursor:
+    __slots__ = ("_last", "_schedule")
+
+    def __init__(self, schedule: BusinessDay, last: Time) -> None:
+        self._schedule = schedule
+        self._last = last
+
+    def next(self, now: Time) -> Time | None:
+        slot = self._schedule.next_after(self._last)
+        if slot is not None:
+            self._last = slot
+        return slot
+
+    def state(self) -> Time:
+        """Where this cursor is: the last slot it gave (or the scheduling time)."""
+        return self._last

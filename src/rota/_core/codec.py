@@ -10,10 +10,13 @@ refused at schedule time with a message that says what to do.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 from collections.abc import Iterable, Mapping
+from datetime import time
 from typing import Any, TypeVar
 
+from rota.calendars import AnyOf, BusinessDay, Calendar
 from rota.overlap import Overlap
 from rota.retry import Backoff, NoRetry
 from rota.schedules import FixedDelay, FixedRate, Once
@@ -129,7 +132,11 @@ def _cached(cache: dict[tuple[Any, ...], T], spec: Mapping[str, Any], make: Any)
     Keyed by the spec's items in their order: specs are built in one order per
     kind, and a different order costs only a second object.
     """
-    key = tuple(spec.items())
+    key: Any = tuple(spec.items())
+    try:
+        hash(key)
+    except TypeError:  # a spec with lists in it (AnyOf's members, a calendar): as text
+        key = json.dumps(spec, sort_keys=True)
     found = cache.get(key)
     if found is None:
         if len(cache) >= _CACHED:
@@ -154,6 +161,11 @@ def _schedule(spec: Mapping[str, Any]) -> Schedule:
         from rota.cron import Cron
 
         return Cron(spec["expression"], tz=spec["tz"])
+    if kind == "any_of":
+        return AnyOf(*(schedule_from(member) for member in spec["schedules"]))
+    if kind == "business_day":
+        at = time.fromisoformat(spec["at"])
+        return BusinessDay(spec["n"], at, Calendar.from_json(spec["calendar"]))
     raise StoreError(f"a stored schedule of unknown kind {kind!r}: {dict(spec)!r}")
 
 
