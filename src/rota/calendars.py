@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
+from rota._core import validate as _validate
 from rota._core.policy import Cursor, Schedule
 from rota._core.types import Time
 from rota.schedules import FixedDelay
@@ -173,7 +174,7 @@ class Calendar:
             raise TypeError(f"name must be a str, got {name!r}")
         if not name:
             raise ValueError("name must not be empty")
-        zone = _zone(tz)
+        zone = _validate.zone("tz", tz)
         days = _weekends(weekends)
         dates = frozenset(_holiday(d) for d in _iterable("holidays", holidays))
         windows = tuple(_iterable("exclude", exclude))
@@ -360,15 +361,6 @@ class Calendar:
         if source is not None:
             return cls.from_holidays(value["name"], source[0], source[1], **args)
         return cls(value["name"], **args)
-
-
-def _zone(tz: object) -> ZoneInfo:
-    if not isinstance(tz, str):
-        raise TypeError(f"tz must be an IANA zone name (str), got {tz!r}")
-    try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"tz {tz!r} is not a known IANA time zone") from None
 
 
 def _iterable(name: str, value: object) -> Iterable[Any]:

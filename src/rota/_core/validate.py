@@ -10,6 +10,7 @@ import sys
 from collections.abc import Hashable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .types import Time
 
@@ -160,3 +161,14 @@ def callable_(name: str, value: T) -> T:
     if not callable(value):
         raise TypeError(f"{name} must be callable, got {_described(value)}")
     return value
+
+
+def zone(name: str, value: object) -> ZoneInfo:
+    """The IANA zone named ``value``. Raises ``TypeError`` for a non-str and
+    ``ValueError`` for a name no zone has, each naming ``name``. O(1) once loaded."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be an IANA zone name (str), got {value!r}")
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{name} {value!r} is not a known IANA time zone") from None

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from rota._core import validate as _validate
 from rota._core.policy import Schedule
 from rota.durable import json_value, resolve_path
 from rota.misfire import Misfire
@@ -89,11 +89,11 @@ def instant(value: object, what: str, zone: tzinfo | None = None) -> datetime:
 
 def zone(value: object, what: str) -> tzinfo:
     """An IANA zone; :class:`JobFileError` for an unknown one."""
-    if not isinstance(value, str):
-        raise JobFileError(f"{what}: {value!r} is not a time zone name")
     try:
-        return ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+        return _validate.zone("tz", value)
+    except TypeError:
+        raise JobFileError(f"{what}: {value!r} is not a time zone name") from None
+    except ValueError:
         raise JobFileError(f"{what}: unknown time zone {value!r} (e.g. Europe/Berlin)") from None
 
 
