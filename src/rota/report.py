@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rota import ManualClock, Scheduler, TaskInfo
 from rota._core.types import error_shown
+from rota.calendars import AnyOf, BusinessDay
 from rota.schedules import FixedDelay, FixedRate, Once, Schedule
 
 if TYPE_CHECKING:  # the command's plan needs neither
@@ -130,10 +131,27 @@ def described(schedule: Schedule | None, tz: tzinfo) -> str:
         return f"every {_period(schedule.period)}"
     if isinstance(schedule, FixedDelay):
         return f"every {_period(schedule.delay)} after the previous run ends"
+    if isinstance(schedule, AnyOf):
+        return "any of: " + "; ".join(described(member, tz) for member in schedule.schedules)
+    if isinstance(schedule, BusinessDay):
+        n = schedule.n
+        which = {1: "first", -1: "last"}.get(n) or (
+            _ordinal(n) if n > 0 else f"{_ordinal(-n)} from last"
+        )
+        return (
+            f"{which} business day of each month at {schedule.at.strftime('%H:%M')} "
+            f"({schedule.calendar.name}, {schedule.calendar.tz})"
+        )
     expression = getattr(schedule, "expression", None)  # a Cron (rota.cron needs cronsim)
     if isinstance(expression, str):
         return f"cron {expression} ({getattr(schedule, 'zone', 'UTC')})"
     return repr(schedule)
+
+
+def _ordinal(k: int) -> str:
+    """``2`` -> ``2nd``, ``11`` -> ``11th``, ``23`` -> ``23rd``."""
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
 
 
 def _period(seconds: float) -> str:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import date, time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rota.calendars import BusinessDay
 from rota.cli import main
+from rota.cli._jobfile import load
 
 
 def plan(tmp_path: Path, text: str, *args: str) -> list[dict[str, Any]]:
@@ -220,3 +223,92 @@ def test_a_one_off_job_has_no_recurring_controls(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2  # the default max_runs is left out for x; y's own overlap is not
     assert "job 'y': key 'overlap': a one-off ('at') job has no slots" in done.stderr
+
+
+NYSE = """
+[calendars.nyse]
+tz = "America/New_York"
+dates = ["2026-12-25", "2027-01-01"]
+exclude = [["22:00", "06:00"], ["2026-12-20", "2027-01-04"]]
+"""
+
+
+def test_business_days_and_cron_lists_in_a_plan(tmp_path: Path) -> None:
+    """``business_day`` on a ``[calendars.NAME]`` table, in its zone; ``cron`` as a list
+    is the union of its expressions."""
+    text = (
+        NYSE
+        + """
+[[jobs]]
+id = "month-end"
+business_day = -1
+at = "17:00"
+calendar = "nyse"
+command = "true"
+
+[[jobs]]
+id = "twice"
+cron = ["0 9 * * *", "0 15 * * *"]
+tz = "UTC"
+command = "true"
+"""
+    )
+    window = ["--from", "2026-11-30T12:00:00+00:00", "--until", "+62d", "--tz", "UTC"]
+    runs = plan(tmp_path, text, *window)
+    month_end = times([r for r in runs if r["job"] == "month-end"])
+    # 30 Nov (a Monday), 31 Dec (the 25th and 1 Jan are holidays, not the 31st), 29 Jan
+    assert month_end == [
+        "2026-11-30T22:00:00+00:00", "2026-12-31T22:00:00+00:00", "2027-01-29T22:00:00+00:00",
+    ]  # fmt: skip
+    twice = times([r for r in runs if r["job"] == "twice"])
+    assert twice[:3] == [
+        "2026-11-30T15:00:00+00:00", "2026-12-01T09:00:00+00:00", "2026-12-01T15:00:00+00:00",
+    ]  # fmt: skip
+    assert len(twice) == 1 + 2 * 61 + 1  # 30 Nov 15:00, 61 days twice, 31 Jan 09:00
+
+
+def test_a_business_day_job_loads_with_its_calendar_and_zone(tmp_path: Path) -> None:
+    """What ``rota run`` stores: the schedule with its calendar (as data, see
+    tests/test_calendars.py), shown in the calendar's zone."""
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        NYSE + '[[jobs]]\nid = "first"\nbusiness_day = 1\ncalendar = "nyse"\ncommand = "true"\n'
+    )
+    (job,) = load(jobs)
+    assert isinstance(job.when, BusinessDay)
+    assert (job.when.n, job.when.at) == (1, time(9, 0))
+    assert job.when.calendar.holidays == {date(2026, 12, 25), date(2027, 1, 1)}
+    assert job.zone_name == "America/New_York"
+    assert job.when.spec()["calendar"] == job.when.calendar.to_json()
+
+
+CAL = "[calendars.c]\n"
+BAD_CALENDARS = [
+    (X + "business_day = 1\n" + TRUE, "job 'x': key 'business_day': needs a 'calendar'"),
+    (X + 'business_day = 1\ncalendar = "nyse"\n' + TRUE,
+     "job 'x': key 'calendar': 'nyse' is not a [calendars.NAME] of this file"),
+    (CAL + X + 'business_day = 0\ncalendar = "c"\n' + TRUE,
+     "job 'x': key 'business_day': n must be 1 to 23 or -1 to -23, got 0"),
+    (CAL + X + 'business_day = 1\nat = "5pm"\ncalendar = "c"\n' + TRUE,
+     "job 'x': key 'at': '5pm' is not a time of day"),
+    (CAL + X + EVERY + 'calendar = "c"\n' + TRUE,
+     "job 'x': key 'calendar': a calendar that skips or moves a 'every' job's slots"),
+    (CAL + 'holidays = "ZZ"\n' + X + EVERY + TRUE,
+     "calendar 'c': key 'holidays': the holidays package knows no country 'ZZ'"),
+    (CAL + 'dates = ["2026-13-01"]\n' + X + EVERY + TRUE,
+     "calendar 'c': key 'dates': '2026-13-01' is not a date"),
+    (CAL + 'exclude = [["22:00", "22:00"]]\n' + X + EVERY + TRUE,
+     "calendar 'c': key 'exclude': a window must not be empty"),
+    (CAL + 'weekends = ["caturday"]\n' + X + EVERY + TRUE, "calendar 'c': key 'weekends'"),
+    (CAL + 'colour = "red"\n' + X + EVERY + TRUE, "calendar 'c': unknown keys ['colour']"),
+    (X + 'cron = []\n' + TRUE, "job 'x': key 'cron': [] is not a cron expression string"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_CALENDARS)
+def test_bad_calendars_exit_2_naming_file_calendar_or_job_and_key(
+    tmp_path: Path, text: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    test_bad_job_files_exit_2_naming_file_job_and_key_and_store_nothing(
+        tmp_path, text, message, capsys
+    )

@@ -15,12 +15,13 @@ import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import date, datetime, time, tzinfo
 from pathlib import Path
 from typing import Any
 
 from rota._core import validate as _validate
 from rota._core.policy import Schedule
+from rota.calendars import WEEKDAYS, AnyOf, BusinessDay, Calendar, Window
 from rota.durable import json_value, resolve_path
 from rota.misfire import Misfire
 from rota.overlap import MODES, Overlap
@@ -34,9 +35,12 @@ COMMAND = "rota.cli._command:run_command"
 JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
      "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
-     "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue", "log_output"}
+     "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue", "log_output",
+     "business_day", "calendar", "on_excluded"}
 )  # fmt: skip
-DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue"}
+DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue",
+                           "business_day", "calendar", "on_excluded"}  # fmt: skip
+CALENDAR_KEYS = frozenset({"tz", "holidays", "dates", "weekends", "exclude"})
 HANDOFF = "rota.handoff:publish"
 """The stored action of ``enqueue`` jobs (see :mod:`rota.handoff`)."""
 RECURRING_KEYS = frozenset({"misfire", "overlap", "end", "max_runs"})
@@ -161,13 +165,14 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
         raise JobFileError(f"{path}: cannot read it: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise JobFileError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(data) - {"defaults", "jobs", "brokers"}
+    unknown = set(data) - {"defaults", "jobs", "brokers", "calendars"}
     if unknown:
         raise JobFileError(
-            f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults], [brokers] "
-            "and [[jobs]]"
+            f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults], [brokers], "
+            "[calendars.NAME] and [[jobs]]"
         )
     brokers = _brokers(data.get("brokers", {}), f"{path}: [brokers]")
+    calendars = _calendars(data.get("calendars", {}), path)
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise JobFileError(f"{path}: [defaults] must be a table")
@@ -194,7 +199,7 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
         if job_id in seen:
             raise JobFileError(f"{path}: job {job_id!r}: key 'id': used twice in the file")
         seen.add(job_id)
-        loaded.append(_job(path, job_id, _merged(defaults, raw), imports, brokers))
+        loaded.append(_job(path, job_id, _merged(defaults, raw), imports, brokers, calendars))
     return loaded
 
 
@@ -413,6 +418,7 @@ def _job(
     raw: dict[str, Any],
     imports: bool = True,
     brokers: frozenset[str] | set[str] = frozenset(),
+    calendars: dict[str, Calendar] | None = None,
 ) -> Job:
     """One job's keys (over the defaults), validated: its :class:`Job`."""
     where = f"{path}: job {job_id!r}"
@@ -424,10 +430,7 @@ def _job(
     if unknown:
         raise JobFileError(f"{where}: unknown keys {sorted(unknown)}")
     tz = zone(raw["tz"], key("tz")) if "tz" in raw else local_zone()
-    kind = _one_of(raw, ("cron", "every", "at"), where)
-    if "start" in raw and kind != "every":
-        raise JobFileError(f"{key('start')}: only an 'every' job has a start")
-    when = _when(raw, kind, tz, key)
+    kind, when, tz = _schedule(raw, calendars or {}, tz, where)
     timeout = duration(raw["timeout"], key("timeout")) if "timeout" in raw else None
     args: list[Any] | None
     does = _one_of(raw, ("command", "call", "enqueue"), where)
@@ -469,6 +472,38 @@ def _job(
             raise JobFileError(f"{key('max_runs')}: {max_runs!r} is not an int >= 1")
         job.max_runs = max_runs
     return job
+
+
+def _schedule(
+    raw: dict[str, Any], calendars: dict[str, Calendar], tz: tzinfo, where: str
+) -> tuple[str, Schedule, tzinfo]:
+    """A job's kind (``cron``, ``every``, ``at``, ``business_day``), its schedule, and
+    the zone its times are shown in (a business-day job's: its calendar's, unless it
+    gives ``tz``)."""
+
+    def key(name: str) -> str:
+        return f"{where}: key {name!r}"
+
+    calendar = _calendar_of(raw, calendars, key)
+    if "business_day" in raw:  # its 'at' is a time of day, not a one-off's instant
+        kind = _one_of(raw, ("cron", "every", "business_day"), where)
+    else:
+        kind = _one_of(raw, ("cron", "every", "at"), where)
+    if "start" in raw and kind != "every":
+        raise JobFileError(f"{key('start')}: only an 'every' job has a start")
+    if kind == "business_day":
+        if calendar is None:
+            raise JobFileError(f"{key('business_day')}: needs a 'calendar' (its business days)")
+        if "tz" not in raw:  # its times are the calendar's, and shown in its zone
+            tz = _validate.zone("tz", calendar.tz)
+        return kind, _business_day(raw, calendar, key), tz
+    for name in ("calendar", "on_excluded"):
+        if name in raw:
+            raise JobFileError(
+                f"{key(name)}: a calendar that skips or moves a {kind!r} job's slots is "
+                "not supported yet: a 'business_day' job takes one"
+            )
+    return kind, _when(raw, kind, tz, key), tz
 
 
 def _overlap(value: Any, what: str, does: str) -> Overlap:
@@ -573,9 +608,12 @@ def _when(raw: dict[str, Any], kind: str, tz: tzinfo, key: Any) -> Schedule:
         return FixedRate(period, delay=period)
     if kind == "at":
         return Once(at=instant(raw["at"], key("at"), tz))
-    expression = raw["cron"]
-    if not isinstance(expression, str):
-        raise JobFileError(f"{key('cron')}: {expression!r} is not a cron expression string")
+    given = raw["cron"]
+    expressions = given if isinstance(given, list) else [given]
+    if not expressions or not all(isinstance(e, str) for e in expressions):
+        raise JobFileError(
+            f"{key('cron')}: {given!r} is not a cron expression string or a list of them"
+        )
     try:
         from rota.cron import Cron
     except ImportError:
@@ -583,9 +621,128 @@ def _when(raw: dict[str, Any], kind: str, tz: tzinfo, key: Any) -> Schedule:
             f"{key('cron')}: cron needs the cron extra: pip install 'rota[cron]'"
         ) from None
     try:
-        return Cron(expression, tz=tz)
+        crons = [Cron(expression, tz=tz) for expression in expressions]
     except ValueError as exc:
         raise JobFileError(f"{key('cron')}: {exc}") from None
+    return crons[0] if isinstance(given, str) else AnyOf(*crons)
+
+
+def _calendar_of(
+    raw: dict[str, Any], calendars: dict[str, Calendar], key: Callable[[str], str]
+) -> Calendar | None:
+    """The calendar a job names (``calendar``), ``None`` if none."""
+    if "calendar" not in raw:
+        return None
+    name = raw["calendar"]
+    if name not in calendars:
+        declared = ", ".join(sorted(calendars)) or "none"
+        raise JobFileError(
+            f"{key('calendar')}: {name!r} is not a [calendars.NAME] of this file (it "
+            f"declares: {declared})"
+        )
+    return calendars[name]
+
+
+def _business_day(raw: dict[str, Any], calendar: Calendar, key: Callable[[str], str]) -> Schedule:
+    """``business_day = n`` with ``at = "HH:MM"`` (default 09:00), on ``calendar``."""
+    n = raw["business_day"]
+    at = _time_of_day(raw.get("at", "09:00"), key("at"))
+    try:
+        return BusinessDay(n, at, calendar)
+    except (TypeError, ValueError) as exc:
+        raise JobFileError(f"{key('business_day')}: {exc}") from None
+
+
+def _time_of_day(value: object, what: str) -> time:
+    if isinstance(value, str):
+        try:
+            return time.fromisoformat(value)
+        except ValueError:
+            pass
+    raise JobFileError(f'{what}: {value!r} is not a time of day ("HH:MM")')
+
+
+def _calendars(table: object, path: Path) -> dict[str, Calendar]:
+    """The ``[calendars.NAME]`` tables of a job file, each a :class:`Calendar`."""
+    if not isinstance(table, dict):
+        raise JobFileError(f"{path}: [calendars] must hold [calendars.NAME] tables")
+    found = {}
+    for name, raw in table.items():
+        where = f"{path}: calendar {name!r}"
+        if not isinstance(raw, dict):
+            raise JobFileError(f"{where}: must be a table ([calendars.{name}])")
+        unknown = set(raw) - CALENDAR_KEYS
+        if unknown:
+            raise JobFileError(f"{where}: unknown keys {sorted(unknown)}")
+        found[name] = _calendar(name, raw, where)
+    return found
+
+
+def _calendar(name: str, raw: dict[str, Any], where: str) -> Calendar:
+    def key(name: str) -> str:
+        return f"{where}: key {name!r}"
+
+    names = raw.get("weekends", ["sat", "sun"])
+    if not isinstance(names, list) or not all(n in WEEKDAYS for n in names):
+        raise JobFileError(f"{key('weekends')}: {names!r} is not a list of {list(WEEKDAYS)}")
+    dates = raw.get("dates", [])
+    if not isinstance(dates, list):
+        raise JobFileError(f"{key('dates')}: {dates!r} is not a list of dates")
+    days = [_date(d, key("dates")) for d in dates]
+    exclude = raw.get("exclude", [])
+    if not isinstance(exclude, list):
+        raise JobFileError(f"{key('exclude')}: {exclude!r} is not a list of [start, end] pairs")
+    try:
+        windows = [_window(pair) for pair in exclude]
+    except (TypeError, ValueError) as exc:
+        raise JobFileError(f"{key('exclude')}: {exc}") from None
+    args: dict[str, Any] = {
+        "tz": raw.get("tz", "UTC"),
+        "weekends": [WEEKDAYS.index(n) for n in names],
+        "holidays": days,
+        "exclude": windows,
+    }
+    try:
+        if "holidays" in raw:
+            code = raw["holidays"]
+            if not isinstance(code, str) or not code:
+                raise JobFileError(f'{key("holidays")}: {code!r} is not a code like "US-NY"')
+            country, _, subdiv = code.partition("-")
+            try:
+                return Calendar.from_holidays(name, country, subdiv or None, **args)
+            except ImportError as exc:
+                raise JobFileError(f"{key('holidays')}: {exc}") from None
+            except ValueError as exc:
+                if "holidays package" in str(exc):
+                    raise JobFileError(f"{key('holidays')}: {exc}") from None
+                raise
+        return Calendar(name, **args)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, JobFileError):
+            raise
+        raise JobFileError(f"{where}: {exc}") from None
+
+
+def _date(value: object, what: str) -> date:
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise JobFileError(f'{what}: {value!r} is not a date ("YYYY-MM-DD")')
+
+
+def _window(pair: object) -> Window:
+    """``["22:00", "06:00"]`` (every day) or ``["2026-12-20", "2027-01-04"]`` (a period;
+    dates or ISO datetimes, read in the calendar's zone)."""
+    if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
+        raise TypeError(f"{pair!r} is not a [start, end] pair of strings")
+    start, end = pair
+    if ":" in start and "-" not in start:
+        return Window(time.fromisoformat(start), time.fromisoformat(end))
+    return Window(datetime.fromisoformat(start), datetime.fromisoformat(end))
 
 
 def _json(value: Any, what: str, kind: type) -> Any:
