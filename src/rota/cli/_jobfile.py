@@ -646,20 +646,11 @@ def _calendar_of(
 def _business_day(raw: dict[str, Any], calendar: Calendar, key: Callable[[str], str]) -> Schedule:
     """``business_day = n`` with ``at = "HH:MM"`` (default 09:00), on ``calendar``."""
     n = raw["business_day"]
-    at = _time_of_day(raw.get("at", "09:00"), key("at"))
+    at: time = _iso(raw.get("at", "09:00"), key("at"), time)
     try:
         return BusinessDay(n, at, calendar)
     except (TypeError, ValueError) as exc:
         raise JobFileError(f"{key('business_day')}: {exc}") from None
-
-
-def _time_of_day(value: object, what: str) -> time:
-    if isinstance(value, str):
-        try:
-            return time.fromisoformat(value)
-        except ValueError:
-            pass
-    raise JobFileError(f'{what}: {value!r} is not a time of day ("HH:MM")')
 
 
 def _calendars(table: object, path: Path) -> dict[str, Calendar]:
@@ -688,7 +679,7 @@ def _calendar(name: str, raw: dict[str, Any], where: str) -> Calendar:
     dates = raw.get("dates", [])
     if not isinstance(dates, list):
         raise JobFileError(f"{key('dates')}: {dates!r} is not a list of dates")
-    days = [_date(d, key("dates")) for d in dates]
+    days: list[date] = [_iso(d, key("dates"), date) for d in dates]
     exclude = raw.get("exclude", [])
     if not isinstance(exclude, list):
         raise JobFileError(f"{key('exclude')}: {exclude!r} is not a list of [start, end] pairs")
@@ -723,15 +714,18 @@ def _calendar(name: str, raw: dict[str, Any], where: str) -> Calendar:
         raise JobFileError(f"{where}: {exc}") from None
 
 
-def _date(value: object, what: str) -> date:
-    if isinstance(value, date) and not isinstance(value, datetime):
+def _iso(value: object, what: str, kind: type[date] | type[time]) -> Any:
+    """``value`` as a ``kind`` (a date, a time of day): a TOML date or time as it is, or
+    ISO text; :class:`JobFileError` naming ``what`` otherwise."""
+    if type(value) is kind:
         return value
     if isinstance(value, str):
         try:
-            return date.fromisoformat(value)
+            return kind.fromisoformat(value)
         except ValueError:
             pass
-    raise JobFileError(f'{what}: {value!r} is not a date ("YYYY-MM-DD")')
+    shape = '("YYYY-MM-DD")' if kind is date else 'of day ("HH:MM")'
+    raise JobFileError(f"{what}: {value!r} is not a {kind.__name__} {shape}")
 
 
 def _window(pair: object) -> Window:
