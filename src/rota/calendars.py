@@ -23,11 +23,15 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from rota._core import validate as _validate
+from rota._core.moves import ON_EXCLUDED, Calendared, Upcoming
 from rota._core.policy import Cursor, Schedule
 from rota._core.types import Time
 from rota.schedules import FixedDelay
 
 DAY = timedelta(days=1)
+_MOVES = 100_000
+"""The most days and windows one move crosses before the calendar is taken to allow
+nothing near (a guard: a valid calendar allows part of every business day)."""
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 """Weekday names as job files spell them, Monday (0) first."""
 
@@ -276,33 +280,96 @@ class Calendar:
     def window_at(self, when: datetime | float) -> Window | None:
         """The window or period of this calendar that ``when`` falls in, else
         ``None``. O(windows)."""
-        local = self.local(when)
+        found = self._span(self.local(when))
+        return None if found is None else found[0]
+
+    def _span(
+        self, local: datetime, *, after_start: bool = False
+    ) -> tuple[Window, datetime, datetime] | None:
+        """The window or period ``local`` falls in, with that instance's edges (UTC);
+        ``after_start``: only one it is strictly after the start of (a run moved back
+        to a window's start is allowed there). A daily window crossing midnight is
+        looked for from the day before too."""
         instant = local.astimezone(UTC)
+        day = local.date()
         for window in self._daily:
-            if self._in_daily(window, local.date(), instant):
-                return window
+            start, end = window.start, window.end
+            assert isinstance(start, time)
+            assert isinstance(end, time)
+            crosses = end <= start
+            for anchor in (day - DAY, day) if crosses else (day,):
+                opens = self.at(anchor, start)
+                closes = self.at(anchor + DAY if crosses else anchor, end)
+                if (opens < instant if after_start else opens <= instant) and instant < closes:
+                    return window, opens, closes
         periods = iter(self._periods)
         for window in self.exclude:
             if window.daily:
                 continue
-            start, end = next(periods)
-            if start <= instant < end:
-                return window
+            opens, closes = next(periods)
+            if (opens < instant if after_start else opens <= instant) and instant < closes:
+                return window, opens, closes
         return None
 
-    def _in_daily(self, window: Window, day: date, instant: datetime) -> bool:
-        """Whether ``instant`` (on local ``day``) is in a daily window that starts on
-        ``day`` or, crossing midnight, on the day before."""
-        start, end = window.start, window.end
-        assert isinstance(start, time)
-        assert isinstance(end, time)
-        crosses = end <= start
-        for anchor in (day - DAY, day) if crosses else (day,):
-            opens = self.at(anchor, start)
-            closes = self.at(anchor + DAY if crosses else anchor, end)
-            if opens <= instant < closes:
-                return True
-        return False
+    def excluded_by(self, when: datetime | float) -> str | None:
+        """Why the instant ``when`` is excluded: ``"weekend"``, ``"holiday"`` (by its
+        local date), ``"window"`` (a daily window or a period), or ``None`` when the
+        calendar allows it. Raises ``TypeError`` as :meth:`local`. O(windows)."""
+        local = self.local(when)
+        day = local.date()
+        if day.weekday() in self.weekends:
+            return "weekend"
+        if not self.is_business_day(day):
+            return "holiday"
+        return None if self._span(local) is None else "window"
+
+    def open_from(self, when: float) -> float:
+        """The first instant at or after epoch ``when`` that the calendar allows: the
+        end of the excluded stretch ``when`` is in, or ``when`` itself. Raises
+        ``ValueError`` past a guard of 100,000 days and windows. O(days and windows
+        crossed)."""
+        for _ in range(_MOVES):
+            local = self.local(when)
+            day = local.date()
+            if not self.is_business_day(day):
+                when = self.at(self.next_business_day(day), time(0)).timestamp()
+                continue
+            span = self._span(local)
+            if span is None:
+                return when
+            when = span[2].timestamp()
+        raise ValueError(f"calendar {self.name!r} allows no instant near {when!r}")
+
+    def moved(self, when: float, on_excluded: str) -> float:
+        """Where a run excluded at epoch ``when`` goes, for ``on_excluded`` ``"next"``
+        or ``"previous"``: excluded by its day, to the same local time on the next
+        (previous) business day; by a window or period, to its end (its start, which
+        counts as allowed for a run moved there); again until allowed. ``when``
+        itself if allowed. Raises ``ValueError`` as :meth:`open_from`. O(days and
+        windows crossed)."""
+        back = on_excluded == "previous"
+        for _ in range(_MOVES):
+            local = self.local(when)
+            day = local.date()
+            if not self.is_business_day(day):
+                other = self.previous_business_day(day) if back else self.next_business_day(day)
+                when = self.at(other, local.time()).timestamp()
+                continue
+            span = self._span(local, after_start=back)
+            if span is None:
+                return when
+            when = (span[1] if back else span[2]).timestamp()
+        raise ValueError(f"calendar {self.name!r} allows no instant near {when!r}")
+
+    def open_days(self, start: float, end: float) -> bool:
+        """Whether every local date from epoch ``start``'s to ``end``'s is a business
+        day. O(days)."""
+        day, last = self.local(start).date(), self.local(end).date()
+        while day <= last:
+            if not self.is_business_day(day):
+                return False
+            day += DAY
+        return True
 
     def at(self, day: date, wall: time) -> datetime:
         """The instant (UTC) of the local time ``wall`` on ``day``: in a DST gap, the
@@ -641,3 +708,9 @@ class _BusinessCursor:
     def state(self) -> Time:
         """Where this cursor is: the last slot it gave (or the scheduling time)."""
         return self._last
+
+
+__all__ = [
+    "DAY", "ON_EXCLUDED", "WEEKDAYS", "AnyOf", "BusinessDay", "Calendar", "Calendared",
+    "Upcoming", "Window",
+]  # fmt: skip

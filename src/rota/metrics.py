@@ -164,7 +164,7 @@ class Collector(_PrometheusCollector):
         )  # fmt: skip
         skipped = CounterMetricFamily(
             "rota_slots_skipped", "Slots that never ran, by job and reason (misfire, "
-            "overlap, deadline: the policy that skipped them).", labels=["job", "reason"],
+            "overlap, deadline, calendar: what skipped them).", labels=["job", "reason"],
         )  # fmt: skip
         self._fold()
         with self._lock:

@@ -128,7 +128,7 @@ class Bound:
             return self.action(*args, **self.kwargs)
         plan = self.plan
         attempt = 0 if plan is None else plan.attempt
-        slot = at if not attempt else slot_time(attempt, plan.first_at, at)
+        slot = at if plan is None else slot_time(attempt, plan.first_at, at, plan.moved)
         run = RunContext(self.task_id, at, slot, attempt, self.fence, self.expiries)
         return self.action(*args, **self.kwargs, run=run)
 

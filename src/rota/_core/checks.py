@@ -17,12 +17,13 @@ from rota.schedules import FixedDelay, FixedRate, Once
 
 from . import validate as _validate
 from .calls import Bound, prepare
+from .moves import plain
 from .policy import Cursor, Plan, RetryOn, RetryPolicy
 from .types import Time
 
 UPDATABLE = (
     "max_retries", "retry", "retry_on", "misfire", "overlap", "deadline", "jitter",
-    "priority", "args", "kwargs",
+    "priority", "calendar", "on_excluded", "args", "kwargs",
 )  # fmt: skip
 """The options :meth:`Scheduler.update` changes in place."""
 
@@ -50,9 +51,9 @@ def task_plan(
     ``TypeError``, as it is with a recurring schedule). O(1)."""
     _validate.count("max_retries", max_retries)
     plan = make_plan(None, max_retries, retry, misfire, priority, retry_on)
-    if isinstance(when, Once) and misfire is not None:
+    if isinstance(plain(when), Once) and misfire is not None:
         raise ValueError(f"misfire applies to recurring schedules, not {when!r}")
-    controls(plan, when, *control)
+    controls(plan, plain(when), *control)
     plan.schedule = when
     return plan
 

@@ -21,6 +21,7 @@ from rota.overlap import Overlap
 from rota.retry import Backoff, NoRetry
 from rota.schedules import FixedDelay, FixedRate, Once
 
+from .moves import Calendared
 from .policy import RetryPolicy, Schedule
 from .types import StoreError, Time
 
@@ -163,6 +164,12 @@ def _schedule(spec: Mapping[str, Any]) -> Schedule:
         return Cron(spec["expression"], tz=spec["tz"])
     if kind == "any_of":
         return AnyOf(*(schedule_from(member) for member in spec["schedules"]))
+    if kind == "calendared":
+        return Calendared(
+            schedule_from(spec["schedule"]),
+            Calendar.from_json(spec["calendar"]),
+            spec["on_excluded"],
+        )
     if kind == "business_day":
         at = time.fromisoformat(spec["at"])
         return BusinessDay(spec["n"], at, Calendar.from_json(spec["calendar"]))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Mapping
 from rota.schedules import Once
 
 from .checks import check_concurrent, overlap_changed
+from .moves import recalendar
 from .policy import Plan, jitter_offset
 from .queue import RunQueue
 from .task import (
@@ -205,7 +206,7 @@ class Controls:
                 run, at, Result.RETRY, error, attempt, started, skipped_by, value
             )
             if not attempt:
-                own.first_at = at
+                own.first_at = at if own.moved is None else own.moved
             own.attempt = attempt + 1
             own.last_delay = retry[1]
             own.nominal = None
@@ -424,6 +425,12 @@ class Controls:
         discards a live entry it replaces. O(log n)."""
         task_id = task.entry[2]
         due = at
+        take = getattr(plan.cursor, "take_excluded", None)
+        if take is not None:  # a calendar's: the slots it skipped, the slot it moved
+            skipped = take()
+            if skipped:
+                _skip(plan, "calendar", skipped)
+            plan.moved = None if plan.extra_runs else plan.cursor.slot_of(at)  # type: ignore[union-attr]
         if plan.jitter:
             plan.nominal = at
             due = at + jitter_offset(task_id, at, plan.jitter)
@@ -457,7 +464,7 @@ class Controls:
         plan.backlog = deque([due, *(plan.backlog or ())])
         plan.attempt = 0
         plan.last_delay = None
-        plan.nominal = None
+        plan.nominal = plan.moved = None
         plan.extra_runs += 1
         plan.extra = True
         task.entry = self.queue.push(now, task_id, plan.priority)
@@ -497,6 +504,8 @@ class Controls:
             return True
         priority = plan.priority
         _apply(plan, found)
+        if "schedule" in found and not plan.extra_runs:
+            self._decide_again(task, plan)
         if plan.concurrent:  # each run in flight keeps the policies it was claimed with
             if plan.priority != priority and task.entry[1] != -1:
                 self.queue.discard()
@@ -507,6 +516,32 @@ class Controls:
             task.entry = self.queue.push(task.entry[0], task_id, plan.priority)
             self.queue.discard()  # the old entry, as in reschedule
         return True
+
+    def _decide_again(self, task: Task, plan: Plan) -> None:
+        """The task's next run decided again, from its slot, under the calendar it
+        was just given (its schedule's next slots too, by :func:`recalendar`)."""
+        if plan.concurrent:
+            if task.entry[1] == -1:
+                return
+            raw = task.entry[0] if plan.nominal is None else plan.nominal
+        else:
+            raw = run_at(task)
+        slot = raw if plan.moved is None else plan.moved
+        hold = getattr(plan.cursor, "hold", None)
+        if hold is not None:
+            hold(slot)
+        else:
+            plan.backlog = deque([slot, *(plan.backlog or ())])
+        live = task.entry[1] != -1
+        plan.slot = -LIMIT  # the run may come earlier than the one it had
+        nxt = self._following(plan, slot, -LIMIT)
+        if nxt is None:  # (never: a schedule's held slot is decided to a run or skipped
+            return  # and counted, and a one-off cannot skip)
+        plan.slot = nxt
+        if live:
+            task.entry = (task.entry[0], -1, task.entry[2])
+            self.queue.discard()
+        self._push_slot(task, plan, nxt, hold=not live)
 
     def backfill(self, task_id: Hashable, slots: list[Time], *, idle_only: bool = False) -> int:
         """Queue extra runs of an unfinished task at ``slots`` (ascending), oldest first,
@@ -543,7 +578,7 @@ class Controls:
         plan.backlog = deque([*slots[1:], due, *(plan.backlog or ())])
         plan.attempt = 0
         plan.last_delay = None
-        plan.nominal = None
+        plan.nominal = plan.moved = None
         plan.extra_runs += len(slots)
         plan.extra = True
         if parked:
@@ -564,6 +599,7 @@ def _new_run(task: Task, plan: Plan, queued: bool, *, counted: bool = True) -> R
     run.replaced = False
     own = Plan(None, plan.max_retries, plan.retry, None, plan.priority)
     own.retry_on = plan.retry_on
+    own.moved = plan.moved
     own.extra = True  # complete() tells a run by it, then by its class
     if counted:
         if plan.skipped:  # reported on this run
@@ -655,14 +691,19 @@ def _take_extras(plan: Plan, nxt: Time | None) -> Time | None:
         return nxt
     plan.backlog = deque([*extras[1:], nxt, *(plan.backlog or ())])
     plan.extra_runs += len(extras)
-    plan.nominal = None
+    plan.nominal = plan.moved = None
     return extras[0]
 
 
 def _apply(plan: Plan, changes: Mapping[str, object]) -> None:
-    """Set plan attributes (validated by the caller); the changes no longer wait."""
+    """Set plan attributes (validated by the caller; ``schedule``: the task's schedule
+    under another calendar, see :func:`~rota._core.moves.recalendar`); the changes no
+    longer wait."""
     for name, value in changes.items():
-        setattr(plan, name, value)
+        if name == "schedule":
+            recalendar(plan, value)  # type: ignore[arg-type]
+        else:
+            setattr(plan, name, value)
     plan.pending = None
     plan.extra = plan.uses_controls()
 

@@ -46,6 +46,7 @@ from .controls import (
     _skipped_by,
     _slot_over,
 )
+from .moves import Upcoming, upcoming
 from .policy import Cursor, Plan, RetryPolicy, doubling, jitter_offset
 from .queue import RunQueue
 from .task import (
@@ -81,6 +82,7 @@ from .types import (
     Status,
     TaskInfo,
     Time,
+    slot_time,
 )  # fmt: skip
 from .validate import LIMIT, PLAIN, time_from
 
@@ -179,6 +181,21 @@ class Engine(Controls):
         """An unfinished task's plan (made on first need), or ``None``. O(1)."""
         task = self._tasks.get(task_id)
         return None if task is None else _plan_of(task)
+
+    def upcoming(self, task_id: Hashable, n: int) -> list[Upcoming]:
+        """The task's next ``n`` slots, each with when it runs and what its calendar
+        did: the one rule for every table (:func:`rota._core.moves.upcoming`, on a
+        copy of its cursor). Empty for an unknown or finished task. O(n) decisions."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            return []
+        plan = task.plan
+        at = run_at(task)
+        decided = task.status is SCHEDULED or (plan is not None and plan.concurrent)
+        if plan is None:
+            return [Upcoming(at, at, None)] if decided and n else []
+        slot = slot_time(plan.attempt, plan.first_at, at, plan.moved)
+        return upcoming(plan.schedule, plan.cursor, (slot, at) if decided else None, n)
 
     def infos(self) -> list[TaskInfo]:
         """A :class:`TaskInfo` for every unfinished task. O(n)."""
@@ -322,6 +339,7 @@ class Engine(Controls):
         plan.slot = at
         plan.backlog = None
         plan.last_delay = None
+        plan.extra = plan.uses_controls()
         if plan.concurrent:  # its entry is its next run, whatever is in flight
             if task.entry[1] != -1:
                 self.queue.discard()
@@ -521,7 +539,7 @@ class Engine(Controls):
     ) -> None:
         """Queue the retry ``(time, delay)`` decided for the failed run at ``at``."""
         if not attempt:
-            plan.first_at = at
+            plan.first_at = at if plan.moved is None else plan.moved  # its key's slot
         plan.attempt = attempt + 1
         plan.last_delay = retry[1]
         if plan.extra:

@@ -112,6 +112,7 @@ class Plan:
         "max_retries",
         "max_runs",
         "misfire",
+        "moved",
         "nominal",
         "overlap_skip",
         "paused",
@@ -154,7 +155,7 @@ class Plan:
         self.schedule: object = None  # what the task was scheduled with, for info()
         # The scheduling controls (docs/policies.md), a misfire policy and pause; a task
         # that uses none has extra False, and the hot paths look no further than that.
-        self.extra = misfire is not None
+        self.extra = misfire is not None or _calendared(cursor)
         self.overlap_skip = False  # Overlap.SKIP: slots due during a run are skipped
         self.deadline: Time | None = None  # a first attempt later than this is skipped
         self.jitter: Time | None = None  # each slot starts up to this much after it
@@ -162,6 +163,7 @@ class Plan:
         self.max_runs: int | None = None  # no more slots run than this
         self.runs = 0  # slots of the schedule run so far (for max_runs)
         self.nominal: Time | None = None  # the current run's slot, when its entry is jittered
+        self.moved: Time | None = None  # the current run's slot, when its calendar moved it
         # Extra runs (backfilled, triggered) go ahead of the schedule's: the current run
         # and the next extra_runs - 1 of the backlog are extra; extras wait for the run
         # in flight to end.
@@ -196,7 +198,14 @@ class Plan:
             or self.extras
             or self.pending
             or self.concurrent
+            or _calendared(self.cursor)
         )
+
+
+def _calendared(cursor: object) -> bool:
+    """Whether a cursor is a calendar's (:class:`rota._core.moves.CalendarCursor`): its
+    runs go through the controls, which take its skips and moved slots. O(1)."""
+    return hasattr(cursor, "take_excluded")
 
 
 def jitter_offset(task_id: Hashable, slot: Time, jitter: Time) -> float:

@@ -18,6 +18,7 @@ from . import codec
 from .checks import OVERLAP_ATTRIBUTES, overlap_of, set_overlap
 from .controls import WINDOWS, _new_run
 from .engine import Engine
+from .moves import calendar_spec, from_calendar_spec, plain
 from .policy import Plan, RetryPolicy, Schedule
 from .task import SCHEDULED, Run, Task, _Waiting, run_slot, run_state
 from .types import FINISHED, UNFINISHED, Status, Time
@@ -26,7 +27,7 @@ CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs"})
 """The spec keys of the scheduling controls, stored only when set (rows written
 before them, or by tasks that use none, have none)."""
 CONTROL_STATE = frozenset(
-    {"runs", "nominal", "extra_runs", "extras", "skips", "pending", "windows", "flying"}
+    {"runs", "nominal", "moved", "extra_runs", "extras", "skips", "pending", "windows", "flying"}
 )
 """The state keys the controls keep, stored only when set."""
 
@@ -40,7 +41,7 @@ def policies_of(spec: dict[str, Any]) -> Policies:
     immutable). Raises what decoding raises (:class:`~rota.store.StoreError` for a
     kind this version does not know)."""
     return (
-        codec.schedule_from(spec["schedule"]),
+        from_calendar_spec(codec.schedule_from(spec["schedule"]), spec.get("calendar")),
         codec.retry_from(spec["retry"]),
         codec.retry_on_from(spec["retry_on"]),
         bool(CONTROLS.intersection(spec)),
@@ -53,13 +54,14 @@ def plan_spec(plan: Plan, retry: RetryPolicy | None, backoff: Time) -> dict[str,
     when set, so rows of tasks that use none stay as they were. Raises ``TypeError``
     for a schedule, retry policy or ``retry_on`` a store cannot keep. O(1)."""
     spec: dict[str, Any] = {
-        "schedule": codec.schedule_spec(plan.schedule),
+        "schedule": codec.schedule_spec(plain(plan.schedule)),
         "max_retries": plan.max_retries,
         "retry": codec.retry_spec(plan.retry or retry, backoff),
         "retry_on": codec.retry_on_spec(plan.retry_on),
         "misfire": plan.misfire,
     }
     for key, value in (
+        ("calendar", calendar_spec(plan.schedule)),
         ("overlap", codec.overlap_spec(overlap_of(plan))), ("deadline", plan.deadline),
         ("jitter", plan.jitter), ("end", plan.end), ("max_runs", plan.max_runs),
     ):  # fmt: skip
@@ -88,6 +90,9 @@ def spec_changes(found: dict[str, object]) -> dict[str, Any]:
             fragment["retry"] = codec.retry_spec(value, 1)  # type: ignore[arg-type]
         elif name == "retry_on":
             fragment["retry_on"] = codec.retry_on_spec(value)
+        elif name == "schedule":  # under another calendar (or none)
+            fragment["schedule"] = codec.schedule_spec(plain(value))
+            fragment["calendar"] = calendar_spec(value)
         else:
             fragment[name] = value
     return fragment
@@ -118,7 +123,8 @@ def plan_state(plan: Plan) -> dict[str, Any]:
     }
     if plan.extra or plan.skips:
         for key, value in (
-            ("runs", plan.runs), ("nominal", plan.nominal), ("extra_runs", plan.extra_runs),
+            ("runs", plan.runs), ("nominal", plan.nominal), ("moved", plan.moved),
+            ("extra_runs", plan.extra_runs),
             ("extras", plan.extras), ("skips", plan.skips),
             ("windows", None if not plan.windows else [list(w) for w in plan.windows]),
             ("pending", None if not plan.pending else spec_changes(plan.pending)),
@@ -171,6 +177,7 @@ def _controls(plan: Plan, spec: dict[str, Any], state: dict[str, Any]) -> None:
     _apply_spec(plan, spec)
     plan.runs = state.get("runs", 0)
     plan.nominal = state.get("nominal")
+    plan.moved = state.get("moved")
     plan.extra_runs = state.get("extra_runs", 0)
     plan.extras = state.get("extras")
     plan.skips = state.get("skips")
@@ -201,9 +208,11 @@ def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
             plan.retry_on = codec.retry_on_from(value)
         elif key in ("misfire", "deadline", "jitter", "end", "max_runs", "priority"):
             setattr(plan, key, value)
+        elif key == "schedule" and "calendar" in spec:  # a change of calendar, waiting
+            plan.schedule = from_calendar_spec(codec.schedule_from(value), spec["calendar"])
 
 
-_ATTRIBUTES = {"overlap": ("overlap_skip", *OVERLAP_ATTRIBUTES)}
+_ATTRIBUTES = {"overlap": ("overlap_skip", *OVERLAP_ATTRIBUTES), "calendar": ()}
 
 
 def _attributes(spec: dict[str, Any]) -> list[str]:
@@ -266,10 +275,11 @@ class StoredEngine(Engine):
         assert plan is not None
         plan.flying = []
         alive = task.status not in FINISHED
-        for _slot, at, status, attempt, first_at, last_delay, replaced, skipped, skips in runs:
+        for slot, at, status, attempt, first_at, last_delay, replaced, skipped, skips in runs:
             run = _new_run(task, plan, False, counted=False)
             own = run.plan
             assert own is not None
+            own.moved = slot if slot != at and not attempt else None
             own.attempt, own.first_at, own.last_delay = attempt, first_at, last_delay
             own.skipped, own.skips = skipped, skips
             run.replaced = replaced

@@ -8,6 +8,7 @@ from typing import Any
 
 from rota.schedules import Once
 
+from .moves import plain
 from .policy import Plan
 from .queue import Entry
 from .types import (
@@ -160,7 +161,7 @@ def run_slot(run: Task) -> Time:
     or its first attempt's while it is retried. O(1)."""
     own = run.plan
     assert own is not None
-    return slot_time(own.attempt, own.first_at, run.entry[0])
+    return slot_time(own.attempt, own.first_at, run.entry[0], own.moved)
 
 
 def run_state(run: Task) -> list[Any]:
@@ -191,7 +192,9 @@ def _info(task: Task) -> TaskInfo:
     at = task.entry[0]
     if plan is None:
         return task_info(task.entry[2], task.status, False, at, Once(at=at), 0, at, task.last)
-    slot = slot_time(plan.attempt, plan.first_at, at if plan.nominal is None else plan.nominal)
+    slot = slot_time(
+        plan.attempt, plan.first_at, at if plan.nominal is None else plan.nominal, plan.moved
+    )
     return task_info(
         task.entry[2], task.status, plan.paused, at, plan.schedule, plan.attempt, slot, task.last
     )
@@ -217,6 +220,7 @@ def task_info(
     """
     if status in FINISHED:
         return TaskInfo(task_id, status, False, None, None, 0, None)
+    schedule = plain(schedule)  # a calendar is an option of the task, not its schedule
     if type(schedule) is Once and schedule.at is None:
         schedule = Once(at=slot)
     nxt = due if status is SCHEDULED and not paused else None

@@ -65,8 +65,9 @@ RECORDED = ("ok", "retry", "failed", "cancelled")
 ``cancelled``."""
 
 
-SKIP_REASONS = ("misfire", "overlap", "deadline")
-"""Why a slot can be skipped: its misfire policy, its overlap policy, its deadline."""
+SKIP_REASONS = ("misfire", "overlap", "deadline", "calendar")
+"""Why a slot can be skipped: its misfire policy, its overlap policy, its deadline, its
+calendar."""
 
 
 class Skips(Mapping[str, int]):
@@ -293,15 +294,15 @@ def value_text(value: object) -> str:
     return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "..."
 
 
-def slot_time(attempt: int, first_at: Time | None, at: Time) -> Time:
+def slot_time(attempt: int, first_at: Time | None, at: Time, moved: Time | None = None) -> Time:
     """The slot a run belongs to, the time of its idempotency key
-    (``f"{task_id}@{slot!r}"``): while the slot is retried (``attempt`` > 0), its
-    first attempt's time ``first_at``; else the run's own, unjittered time ``at``.
-    The one rule for the engine's tasks and runs, a run's context and a stored row.
-    O(1)."""
+    (``f"{task_id}@{slot!r}"``): while the slot is retried (``attempt`` > 0), the
+    slot its first attempt had, ``first_at``; else the slot its calendar moved it
+    from (``moved``), or the run's own, unjittered time ``at``. The one rule for the
+    engine's tasks and runs, a run's context and a stored row. O(1)."""
     if attempt and first_at is not None:
         return first_at
-    return at
+    return at if moved is None else moved
 
 
 class StoreError(RuntimeError):

@@ -22,9 +22,11 @@ from rota._core.checks import (
 )
 from rota._core.engine import Engine
 from rota._core.events import EventKind, Listener
+from rota._core.moves import UPCOMING_MAX, Upcoming, calendared
 from rota._core.policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
 from rota._core.types import RunOutcome, Status, TaskInfo, Time
 from rota._core.validate import LIMIT, PLAIN, time_from
+from rota.calendars import Calendar
 from rota.misfire import Misfire
 from rota.overlap import Overlap
 from rota.schedules import FixedRate, Once
@@ -57,6 +59,8 @@ class TaskOptions(TypedDict, total=False):
     replace_existing: bool
     deadline: Time | timedelta | None
     jitter: Time | timedelta | None
+    calendar: Calendar | None
+    on_excluded: str
 
 
 _ONCE_OPTIONS = frozenset(TaskOptions.__annotations__)
@@ -76,7 +80,7 @@ def _cursor(when: object, now: Time) -> Cursor:
 _JOB_DEFAULTS: dict[str, Any] = {
     "args": None, "kwargs": None, "max_retries": 0, "retry": None, "retry_on": None,
     "misfire": None, "priority": 0, "overlap": None, "deadline": None, "jitter": None,
-    "end": None, "max_runs": None,
+    "end": None, "max_runs": None, "calendar": None, "on_excluded": "skip",
 }  # fmt: skip
 """What :meth:`Scheduler.job` passes on, as :meth:`Scheduler.schedule` takes it."""
 _POLICIES = ("max_retries", "retry", "retry_on", "misfire", "priority")
@@ -252,6 +256,8 @@ class Scheduler:
         jitter: Time | timedelta | None = None,
         end: Time | datetime | None = None,
         max_runs: int | None = None,
+        calendar: Calendar | None = None,
+        on_excluded: str = "skip",
     ) -> bool:
         """Run ``action`` at slots ``first + k * period``, ``first = clock() + initial_delay``.
 
@@ -292,6 +298,8 @@ class Scheduler:
             jitter=jitter,
             end=end,
             max_runs=max_runs,
+            calendar=calendar,
+            on_excluded=on_excluded,
         )
 
     def schedule(
@@ -313,6 +321,8 @@ class Scheduler:
         jitter: Time | timedelta | None = None,
         end: Time | datetime | None = None,
         max_runs: int | None = None,
+        calendar: Calendar | None = None,
+        on_excluded: str = "skip",
     ) -> bool:
         """Run ``action`` when ``when`` says: any :mod:`rota.schedules` schedule.
 
@@ -332,6 +342,12 @@ class Scheduler:
         ``max_runs`` (no more slots run); ``deadline`` and ``jitter`` accept a
         ``timedelta``, ``end`` an aware ``datetime`` on an epoch clock.
 
+        ``calendar`` (a :class:`rota.calendars.Calendar`) keeps its slots to business
+        time: a slot it excludes is skipped and counted (``on_excluded="skip"``,
+        ``skipped_by["calendar"]``), or moved to the next or previous allowed instant
+        (``"next"``, ``"previous"``), keeping its slot's key (``docs/policies.md``,
+        "Business calendars"). A one-off takes only ``"next"`` or ``"previous"``.
+
         Schedules that name instants (``Cron``, ``Once(at=datetime)``,
         ``FixedRate(start=datetime)``) need an epoch clock: on a monotonic one
         (the default, ``time.monotonic``) they raise ``ValueError``, as does
@@ -349,7 +365,7 @@ class Scheduler:
         ``start``/``next`` propagates. Nothing changes when it raises.
         """
         admitted, plan, first = self._admit(
-            task_id, when, action, args, kwargs,
+            task_id, calendared(when, calendar, on_excluded), action, args, kwargs,
             (max_retries, retry, retry_on, misfire, priority),
             (overlap, deadline, jitter, end, max_runs),
         )  # fmt: skip
@@ -378,6 +394,8 @@ class Scheduler:
         cursor, first = self._first(when)
         check_end(plan, first)
         plan.cursor = cursor
+        if not plan.extra:  # (a calendar's cursor goes through the controls)
+            plan.extra = plan.uses_controls()
         return admitted, plan, first
 
     def job(
@@ -412,7 +430,8 @@ class Scheduler:
             name = task_id if task_id is not None else f"{action.__module__}.{action.__qualname__}"
             given = {**_JOB_DEFAULTS, **options}
             admitted, plan, first = self._admit(
-                name, when, action, given["args"], given["kwargs"],
+                name, calendared(when, given["calendar"], given["on_excluded"]), action,
+                given["args"], given["kwargs"],
                 tuple(given[k] for k in _POLICIES), tuple(given[k] for k in _CONTROLS),
             )  # fmt: skip
             self._table.add(name, first, admitted, plan, None if replace_existing else False)
@@ -539,22 +558,39 @@ class Scheduler:
 
         ``options`` are any of ``max_retries``, ``retry``, ``retry_on``,
         ``misfire``, ``overlap``, ``deadline``, ``jitter``, ``priority``,
+        ``calendar`` (with ``on_excluded``; ``calendar=None`` takes it away),
         ``args`` and ``kwargs``, as :meth:`schedule` takes them (APScheduler's
-        ``modify_job``). The task keeps its id, schedule, place in it, status
-        and history; a run in flight finishes as it began (its retries too are
-        decided by the options it started with), and the changes apply to the
-        runs after it. ``overlap`` may switch a task to or from
-        ``Overlap.allow(n)``/``REPLACE`` while none of its runs is in flight
-        (then, or once its run in flight ends; a ``ValueError`` while several
-        runs of a concurrent task are). ``False`` if the task is unknown or
-        finished.
+        ``modify_job``). A new calendar decides the task's next run again. The
+        task keeps its id, schedule, place in it, status and history; a run in
+        flight finishes as it began (its retries too are decided by the options
+        it started with), and the changes apply to the runs after it.
+        ``overlap`` may switch a task to or from ``Overlap.allow(n)``/``REPLACE``
+        while none of its runs is in flight (then, or once its run in flight
+        ends; a ``ValueError`` while several runs of a concurrent task are).
+        ``False`` if the task is unknown or finished.
 
         Complexity: O(log n). Raises ``TypeError`` for an unknown option and
         what :meth:`schedule` raises for a bad value (with ``args``/``kwargs``:
         arguments the action cannot be called with). Nothing changes when it
         raises.
         """
-        return self._table.update(task_id, changes(options), options)
+        found = changes(options)
+        if "calendar" in options or "on_excluded" in options:
+            if "calendar" not in options:
+                raise TypeError(
+                    f"update(on_excluded={options['on_excluded']!r}) needs calendar= too "
+                    "(the calendar it applies to; calendar=None to take it away)"
+                )
+            info = self._table.info(task_id)
+            if info is None or info.schedule is None:
+                calendared(FixedRate(1), options["calendar"], options.get("on_excluded", "skip"))
+                return False
+            found["schedule"] = calendared(
+                info.schedule,  # type: ignore[arg-type]
+                options["calendar"],
+                options.get("on_excluded", "skip"),
+            )
+        return self._table.update(task_id, found, options)
 
     def backfill(
         self,
@@ -634,6 +670,25 @@ class Scheduler:
         Complexity: O(1).
         """
         return self._table.info(task_id)
+
+    def upcoming(self, task_id: Hashable, n: int = 5) -> list[Upcoming]:
+        """The task's next ``n`` slots, in slot order, as :class:`~rota.Upcoming`
+        values: ``at`` is when the slot runs (``None``: excluded by its calendar, or
+        merged into a run that already happened; the moved time for a moved slot),
+        ``reason`` what the calendar did (``"weekend"``, ``"holiday"``, ``"window"``,
+        ``None``). Excluded slots are listed and count toward ``n``. Decided by the
+        task's own rules on a copy of its position: nothing changes. Empty for an
+        unknown or finished task; a run in flight is not listed (its slot is
+        decided).
+
+        Complexity: O(n) decisions, each as the scheduler makes them. Raises
+        ``TypeError`` for an ``n`` that is not an int, ``ValueError`` for one below
+        1 or above 1,000.
+        """
+        _validate.count("n", n)
+        if not 1 <= n <= UPCOMING_MAX:
+            raise ValueError(f"n must be 1 to {UPCOMING_MAX}, got {n!r}")
+        return self._table.upcoming(task_id, n)
 
     def tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskInfo]:
         """A :class:`~rota.TaskInfo` for every unfinished task.

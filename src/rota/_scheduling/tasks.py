@@ -24,6 +24,7 @@ from rota._core.calls import Bound, prepare
 from rota._core.checks import check_stoppable, slots_in, stoppable_action, updated_call
 from rota._core.engine import Engine
 from rota._core.events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
+from rota._core.moves import Upcoming
 from rota._core.policy import Cursor, Plan, Schedule
 from rota._core.task import Task, run_at
 from rota._core.types import Action, RunOutcome, Status, TaskInfo, Time
@@ -256,6 +257,11 @@ class Tasks(ABC):
     @abstractmethod
     def infos(self, after: str | None, limit: int | None) -> list[TaskInfo]:
         """The unfinished tasks, paged as :meth:`Scheduler.tasks` says."""
+
+    @abstractmethod
+    def upcoming(self, task_id: Hashable, n: int) -> list[Upcoming]:
+        """The task's next ``n`` slots (:meth:`Scheduler.upcoming`): by the engine's one
+        rule, :meth:`rota._core.engine.Engine.upcoming`."""
 
     @abstractmethod
     def next_time(self) -> Time | None:
@@ -539,6 +545,10 @@ class LocalTasks(Tasks):
     def next_time(self) -> Time | None:
         """The earliest live run's time. O(1) amortised."""
         return self.locked(self.engine.next_time)
+
+    def upcoming(self, task_id: Hashable, n: int) -> list[Upcoming]:
+        """From the engine, under the lock: O(n) decisions on a copy of its cursor."""
+        return self.locked(self.engine.upcoming, task_id, n)
 
     # -- the read half: a snapshot of the engine, and the record of runs
 

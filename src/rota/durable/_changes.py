@@ -191,7 +191,9 @@ class StoredChanges(Tasks):
             same = old.action == row.action and old.priority == row.priority
             if same and old.spec == row.spec:
                 return Change(False)
-            if old.spec["schedule"] == row.spec["schedule"]:
+            if old.spec["schedule"] == row.spec["schedule"] and old.spec.get(
+                "calendar"
+            ) == row.spec.get("calendar"):
                 old.action, old.spec, old.priority = row.action, row.spec, row.priority
                 return Change(True, row=old)
             task = restore(old, never)

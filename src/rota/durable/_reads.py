@@ -8,13 +8,14 @@ import time
 from collections.abc import Hashable
 
 from rota._core import codec as _codec
+from rota._core.moves import Upcoming
 from rota._core.task import task_info
 from rota._core.types import FINISHED, NO_SKIPS, RunOutcome, Status, TaskInfo, Time, result_of
 from rota._scheduling.reads import Entry
 from rota.store import NodeRow, OutcomeRow, StoreError, TaskRow, redacted
 
 from ._changes import StoredChanges
-from ._rows import StoredError, removed, slot_of, value_from
+from ._rows import StoredError, never, removed, restore, slot_of, value_from
 
 
 class StoredReads(StoredChanges):
@@ -40,6 +41,15 @@ class StoredReads(StoredChanges):
             return None
         last = self._store.outcomes(row.task_id, 1) if row.status not in FINISHED else None
         return self.info_of(row, last[0] if last else None)
+
+    def upcoming(self, task_id: Hashable, n: int) -> list[Upcoming]:
+        """Decided by the engine on the task rebuilt from its row, as every operation
+        on it is (one read; a row this version cannot read lists nothing)."""
+        row = self.get(task_id)
+        if row is None or row.status in FINISHED or row.unreadable:
+            return []
+        task = restore(row, never)
+        return task.engine.upcoming(task.task_id, n)
 
     def infos(self, after: str | None, limit: int | None) -> list[TaskInfo]:
         """The unfinished stored tasks by id, tasks removed by their declarer left out.

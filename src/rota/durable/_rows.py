@@ -186,7 +186,7 @@ def slot_of(row: TaskRow) -> Time:
     at: Time | None = state.get("nominal")
     if at is None:  # (a concurrent task's row is due at a run's retry: its next slot apart)
         at = state.get("next", row.due)
-    return slot_time(state["attempt"], state["first_at"], at)
+    return slot_time(state["attempt"], state["first_at"], at, state.get("moved"))
 
 
 def outcome_row(
