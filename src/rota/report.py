@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rota import ManualClock, Scheduler, TaskInfo
 from rota._core.types import error_shown
-from rota.calendars import AnyOf, BusinessDay
+from rota.calendars import AnyOf, BusinessDay, Calendared
 from rota.schedules import FixedDelay, FixedRate, Once, Schedule
 
 if TYPE_CHECKING:  # the command's plan needs neither
@@ -120,6 +120,14 @@ def history_entry(o: OutcomeRow) -> dict[str, Any]:
     }  # fmt: skip
 
 
+MOVES_SHOWN = {
+    "skip": "excluded slots skipped",
+    "next": "moved to the next allowed time",
+    "previous": "moved to the previous allowed time",
+}
+"""What a task on a calendar does with an excluded slot, in words."""
+
+
 def described(schedule: Schedule | None, tz: tzinfo) -> str:
     """A schedule in words, for people: ``every 1h 30m``, ``cron 0 3 * * * (Europe/Berlin)``,
     ``once, at 2026-12-01T03:00:00+01:00``. O(1)."""
@@ -133,6 +141,10 @@ def described(schedule: Schedule | None, tz: tzinfo) -> str:
         return f"every {_period(schedule.delay)} after the previous run ends"
     if isinstance(schedule, AnyOf):
         return "any of: " + "; ".join(described(member, tz) for member in schedule.schedules)
+    if isinstance(schedule, Calendared):
+        moves = MOVES_SHOWN[schedule.on_excluded]
+        calendar = schedule.calendar.name
+        return f"{described(schedule.schedule, tz)}, on calendar {calendar} ({moves})"
     if isinstance(schedule, BusinessDay):
         n = schedule.n
         which = {1: "first", -1: "last"}.get(n) or (
@@ -146,6 +158,29 @@ def described(schedule: Schedule | None, tz: tzinfo) -> str:
     if isinstance(expression, str):
         return f"cron {expression} ({getattr(schedule, 'zone', 'UTC')})"
     return repr(schedule)
+
+
+def day_shown(at: float, tz: tzinfo) -> str:
+    """A slot for people, with its weekday: ``Sat 2026-12-26 09:00`` (seconds when it
+    has them). O(1)."""
+    local = datetime.fromtimestamp(at, tz)
+    return local.strftime("%a %Y-%m-%d %H:%M" if not local.second else "%a %Y-%m-%d %H:%M:%S")
+
+
+def excluded_shown(when: object, slot: float, reason: str) -> str:
+    """Why a calendar excluded ``slot``, for people: ``weekend``, ``holiday``, or the
+    window, ``window 22:00-06:00`` (a period: ``window 2026-12-20 00:00-2027-01-04
+    00:00``), in the calendar's zone. ``when`` is the job's schedule (a
+    :class:`~rota.calendars.Calendared`). O(windows)."""
+    calendar = getattr(when, "calendar", None)
+    if reason != "window" or calendar is None:
+        return reason
+    window = calendar.window_at(slot)
+    if window is None:
+        return reason
+    if window.daily:
+        return f"window {window.start:%H:%M}-{window.end:%H:%M}"
+    return f"window {window.start:%Y-%m-%d %H:%M}-{window.end:%Y-%m-%d %H:%M}"
 
 
 def _ordinal(k: int) -> str:

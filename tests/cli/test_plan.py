@@ -291,8 +291,14 @@ BAD_CALENDARS = [
      "job 'x': key 'business_day': n must be 1 to 23 or -1 to -23, got 0"),
     (CAL + X + 'business_day = 1\nat = "5pm"\ncalendar = "c"\n' + TRUE,
      "job 'x': key 'at': '5pm' is not a time of day"),
-    (CAL + X + EVERY + 'calendar = "c"\n' + TRUE,
-     "job 'x': key 'calendar': a calendar that skips or moves a 'every' job's slots"),
+    (CAL + X + EVERY + 'on_excluded = "next"\n' + TRUE,
+     "job 'x': key 'on_excluded': needs a 'calendar' to apply to"),
+    (CAL + X + EVERY + 'calendar = "c"\non_excluded = "later"\n' + TRUE,
+     "job 'x': key 'on_excluded': 'later' is not one of skip, next, previous"),
+    (CAL + X + 'at = "2030-01-05T09:00:00+00:00"\ncalendar = "c"\non_excluded = "skip"\n' + TRUE,
+     "job 'x': key 'on_excluded': a one-off task takes calendar= only with"),
+    (CAL + 'weekends = []\nexclude = [["20:00", "23:00"]]\n' + X + 'cron = "0 21 * * *"\n'
+     'calendar = "c"\n' + TRUE, "job 'x': key 'calendar': calendar 'c' excludes every slot"),
     (CAL + 'holidays = "ZZ"\n' + X + EVERY + TRUE,
      "calendar 'c': key 'holidays': the holidays package knows no country 'ZZ'"),
     (CAL + 'dates = ["2026-13-01"]\n' + X + EVERY + TRUE,
@@ -312,3 +318,64 @@ def test_bad_calendars_exit_2_naming_file_calendar_or_job_and_key(
     test_bad_job_files_exit_2_naming_file_job_and_key_and_store_nothing(
         tmp_path, text, message, capsys
     )
+
+
+def test_a_plan_shows_what_the_calendar_moved_and_excluded(tmp_path: Path) -> None:
+    """``calendar`` and ``on_excluded`` on cron jobs: moved runs keep their slot
+    (``moved_from``), merged slots are listed with their run, excluded ones say why."""
+    text = (
+        NYSE.replace('["2026-12-20", "2027-01-04"]', '["2026-12-31", "2027-01-01"]')
+        + """
+[[jobs]]
+id = "pay"
+cron = "0 9 26 * *"
+tz = "America/New_York"
+calendar = "nyse"
+on_excluded = "next"
+command = "true"
+
+[[jobs]]
+id = "late"
+cron = "0 23 * * 1-5"
+tz = "America/New_York"
+calendar = "nyse"
+on_excluded = "previous"
+command = "true"
+
+[[jobs]]
+id = "daily"
+cron = "0 9 * * *"
+tz = "America/New_York"
+calendar = "nyse"
+command = "true"
+"""
+    )
+    window = ["--from", "2026-12-24T00:00:00-05:00", "--until", "2026-12-29T00:00:00-05:00"]
+    runs = plan(tmp_path, text, *window)
+    pay = [r for r in runs if r["job"] == "pay"]
+    assert pay == [{"job": "pay", "at": 1798466400, "time": "2026-12-28T09:00:00-05:00",
+                    "moved_from": 1798293600}]  # fmt: skip
+    late = [r for r in runs if r["job"] == "late"]
+    # Thursday 23:00 goes to the window's start, 22:00; so does Friday's (a holiday:
+    # Thursday 23:00, in the window): one run at one instant, the later slot's key
+    assert [(r["time"], r.get("moved_from"), r.get("merged")) for r in late] == [
+        ("2026-12-24T22:00:00-05:00", 1798257600, [1798171200]),
+        ("2026-12-28T22:00:00-05:00", 1798516800, None),
+    ]
+    daily = [(r["time"], r.get("excluded")) for r in runs if r["job"] == "daily"]
+    assert daily == [
+        ("2026-12-24T09:00:00-05:00", None),
+        ("2026-12-25T09:00:00-05:00", "holiday"),
+        ("2026-12-26T09:00:00-05:00", "weekend"),
+        ("2026-12-27T09:00:00-05:00", "weekend"),
+        ("2026-12-28T09:00:00-05:00", None),
+    ]
+    jobs = tmp_path / "jobs.toml"
+    done = subprocess.run(
+        [sys.executable, "-m", "rota", "plan", str(jobs), *window],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "2026-12-28T09:00:00-05:00  pay\n  moved from Sat 2026-12-26 09:00 (weekend)\n" in (
+        done.stdout
+    )
+    assert "2026-12-25T09:00:00-05:00  daily  excluded: holiday\n" in done.stdout

@@ -179,7 +179,8 @@ class CalendarCursor:
         """Where this cursor is, as JSON-compatible data (only what is set). O(kept)."""
         state: dict[str, Any] = {"inner": self._inner.state()}  # type: ignore[attr-defined]
         for key, value in (
-            ("ahead", self._ahead), ("ended", self._ended), ("stack", self._stack),
+            ("ahead", list(self._ahead)), ("ended", self._ended),
+            ("stack", [list(item) for item in self._stack]),
             ("carry", self._carry), ("excluded", self.excluded),
             ("last", None if self._last == -math.inf else self._last),
             ("moves", [[at, slot] for at, slot in self._moves.items()]),

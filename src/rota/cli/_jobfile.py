@@ -21,7 +21,7 @@ from typing import Any
 
 from rota._core import validate as _validate
 from rota._core.policy import Schedule
-from rota.calendars import WEEKDAYS, AnyOf, BusinessDay, Calendar, Window
+from rota.calendars import ON_EXCLUDED, WEEKDAYS, AnyOf, BusinessDay, Calendar, Calendared, Window
 from rota.durable import json_value, resolve_path
 from rota.misfire import Misfire
 from rota.overlap import MODES, Overlap
@@ -496,14 +496,29 @@ def _schedule(
             raise JobFileError(f"{key('business_day')}: needs a 'calendar' (its business days)")
         if "tz" not in raw:  # its times are the calendar's, and shown in its zone
             tz = _validate.zone("tz", calendar.tz)
-        return kind, _business_day(raw, calendar, key), tz
-    for name in ("calendar", "on_excluded"):
-        if name in raw:
-            raise JobFileError(
-                f"{key(name)}: a calendar that skips or moves a {kind!r} job's slots is "
-                "not supported yet: a 'business_day' job takes one"
-            )
-    return kind, _when(raw, kind, tz, key), tz
+        when = _business_day(raw, calendar, key)
+        if "on_excluded" not in raw:  # its slots are business days already
+            return kind, when, tz
+    else:
+        when = _when(raw, kind, tz, key)
+    if calendar is None:
+        if "on_excluded" in raw:
+            raise JobFileError(f"{key('on_excluded')}: needs a 'calendar' to apply to")
+        return kind, when, tz
+    on_excluded = raw.get("on_excluded", "next" if kind == "at" else "skip")
+    if on_excluded not in ON_EXCLUDED:
+        raise JobFileError(
+            f"{key('on_excluded')}: {on_excluded!r} is not one of {', '.join(ON_EXCLUDED)}"
+        )
+    try:
+        calendared = Calendared(when, calendar, on_excluded)
+    except ValueError as exc:
+        raise JobFileError(f"{key('on_excluded')}: {exc}") from None
+    try:  # a calendar that allows none of its slots: said now, not when it runs
+        calendared.start(datetime.now().timestamp()).next(0)
+    except ValueError as exc:
+        raise JobFileError(f"{key('calendar')}: {exc}") from None
+    return kind, calendared, tz
 
 
 def _overlap(value: Any, what: str, does: str) -> Overlap:

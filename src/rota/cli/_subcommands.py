@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from rota._core.types import FINISHED, error_shown
 from rota.report import (
+    day_shown,
+    excluded_shown,
     grace,
     history_entry,
     job_zone,
@@ -33,6 +35,8 @@ from ._jobfile import duration, instant, load, zone
 
 if TYPE_CHECKING:
     from rota.durable import DurableScheduler, Entry
+
+    from ._plan import Planned
 
 DEFAULT_STORE = "sqlite:///rota.db"
 
@@ -88,26 +92,60 @@ def _plan_command(args: argparse.Namespace) -> int:
     shown = None if args.tz is None else zone(args.tz, "--tz")
     runs, cut = plan(jobs, start, until)
     if args.json:
-        print(json.dumps([
-            {"job": job.id, "at": at,
-             "time": datetime.fromtimestamp(at, shown or job.zone).isoformat(),
-             **({"starts": starts} if job.jitter else {})}
-            for job, at, starts in runs
-        ]))  # fmt: skip
+        print(json.dumps([_planned_json(line, shown) for line in runs]))
     else:
-        for job, at, starts in runs:
+        for line in runs:
+            job, at, starts = line.job, line.at, line.starts
+            tz = shown or job.zone
+            if line.excluded is not None:
+                why = excluded_shown(job.when, at, line.excluded)
+                print(f"{time_shown(at, tz)}  {job.id}  excluded: {why}")
+                continue
             late = "  (late: runs at once)" if at < start else ""
             if job.jitter and starts > at:
-                late += f"  (starts {time_shown(starts, shown or job.zone)}: jitter)"
-            print(f"{time_shown(at, shown or job.zone)}  {job.id}{late}")
+                late += f"  (starts {time_shown(starts, tz)}: jitter)"
+            print(f"{time_shown(at, tz)}  {job.id}{late}")
+            for slot, reason in _moved(line):
+                print(f"  moved from {day_shown(slot, tz)} ({reason})")
         sys.stdout.flush()
         zones = {job.zone_name for job in jobs}  # the jobs' one zone, if they share it
         tz = shown or (jobs[0].zone if len(zones) == 1 else local_zone())
         window = f"{time_shown(start, tz)} .. {time_shown(until, tz)}"
-        print(f"{len(runs)} runs of {len(jobs)} jobs in {window}", file=sys.stderr)
+        count = sum(line.excluded is None for line in runs)
+        print(f"{count} runs of {len(jobs)} jobs in {window}", file=sys.stderr)
     if cut:
         print(f"rota: stopped after {len(runs)} runs; narrow the window", file=sys.stderr)
     return 0
+
+
+def _moved(line: Planned) -> list[tuple[float, str]]:
+    """The slots a planned run was moved from: its own (when moved), then those merged
+    into it, each with what excluded it."""
+    own = []
+    if line.slot is not None and line.slot != line.at:
+        own = [(line.slot, str(line.job.when.calendar.excluded_by(line.slot)))]  # type: ignore[attr-defined]
+    return own + list(line.merged)
+
+
+def _planned_json(line: Planned, shown: tzinfo | None) -> dict[str, Any]:
+    """A plan's line as ``plan --json`` gives it: ``job``, ``at``, ``time``; ``starts``
+    under jitter; ``moved_from`` (the slot) for a moved run, ``merged`` (the slots
+    merged into it); ``excluded`` (the reason) for an excluded slot."""
+    job = line.job
+    entry: dict[str, Any] = {
+        "job": job.id, "at": line.at,
+        "time": datetime.fromtimestamp(line.at, shown or job.zone).isoformat(),
+    }  # fmt: skip
+    if line.excluded is not None:
+        entry["excluded"] = line.excluded
+        return entry
+    if job.jitter:
+        entry["starts"] = line.starts
+    if line.slot is not None and line.slot != line.at:
+        entry["moved_from"] = line.slot
+    if line.merged:
+        entry["merged"] = [slot for slot, _reason in line.merged]
+    return entry
 
 
 # -- run -----------------------------------------------------------------------
