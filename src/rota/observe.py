@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from rota import Scheduler
+from rota import Scheduler, Upcoming
 from rota._scheduling.reads import Entry
 from rota.report import status_entry
 from rota.store import NodeRow, OutcomeRow
@@ -76,6 +76,12 @@ class Source:
     def recent(self, job_ids: list[str], per_job: int) -> dict[str, list[OutcomeRow]]:
         """The latest ``per_job`` recorded runs of each job, newest first."""
         return self.table.recent(job_ids, per_job)
+
+    def upcoming(self, job_id: str, n: int) -> list[Upcoming]:
+        """Its next ``n`` slots with what its calendar did (:meth:`Scheduler.upcoming`);
+        empty if unknown."""
+        task_id = self.table.find(job_id)
+        return [] if task_id is None else self.scheduler.upcoming(task_id, n)
 
     def control(self, operation: str, job_id: str) -> bool | None:
         """Apply one of :data:`OPERATIONS`: whether it applied; ``None`` if unknown id."""

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from rota import ManualClock, Scheduler, TaskInfo
+from rota import TaskInfo
 from rota._core.types import error_shown
 from rota.calendars import AnyOf, BusinessDay, Calendared
 from rota.schedules import FixedDelay, FixedRate, Once, Schedule
@@ -200,35 +200,6 @@ def _period(seconds: float) -> str:
             parts.append(f"{count}{unit}")
         left = timedelta(seconds=rest)
     return " ".join(parts)
-
-
-def _nothing(at: float) -> None:
-    """What a planned run does: nothing."""
-
-
-def next_runs(schedule: Schedule | None, first: float | None, count: int = 5) -> list[float]:
-    """The next ``count`` run times of a task whose next run is at ``first``: a fixed
-    rate's slots (``first + k * period``, as its cursor multiplies them), else the
-    engine ``rota plan`` uses (a :class:`~rota.Scheduler` on a
-    :class:`~rota.ManualClock`, every run taken to succeed at once). O(count)."""
-    if first is None:
-        return []
-    if schedule is None or isinstance(schedule, Once):
-        return [first]
-    if isinstance(schedule, FixedRate | FixedDelay):  # a delay: runs taken to take no time
-        period = schedule.period if isinstance(schedule, FixedRate) else schedule.delay
-        return [first + k * period for k in range(count)]
-    clock = ManualClock(first)
-    planner = Scheduler(clock=clock, epoch=True)
-    planner.schedule("next", schedule, _nothing)
-    runs = [first]
-    while len(runs) < count:
-        head = planner.next_run_time()
-        if head is None:
-            break
-        clock.set(max(head, first))
-        runs += [o.at for o in planner.tick(clock()) if o.at > runs[-1]]
-    return runs[:count]
 
 
 GRACE = 60.0

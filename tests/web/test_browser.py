@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -190,3 +191,31 @@ def test_ids_and_output_are_shown_as_text_never_run(cli: Cli, page: Any) -> None
         assert [d for d in page.dialogs if d[0] == "alert"] == []
     finally:
         node.stop()
+
+
+def test_a_jobs_page_shows_its_calendar_and_what_it_does_to_the_next_runs(
+    cli: Cli, page: Any
+) -> None:
+    today = datetime.now(UTC).date()
+    holidays = json.dumps([str(today + timedelta(days=1)), str(today + timedelta(days=2))])
+    noon = 'cron = "0 12 * * *"\ntz = "UTC"\n'
+    cli.write(
+        f"[calendars.c]\nweekends = []\ndates = {holidays}\n"
+        + job("settle", "true", noon, 'calendar = "c"\non_excluded = "next"\n')
+        + job("report", "true", noon, 'calendar = "c"\n')
+    )
+    served = serve_node(cli)
+    try:
+        page.goto(served.url + "jobs/settle")
+        assert (
+            "on calendar c (moved to the next allowed time)"
+            in page.locator("dd.schedule").inner_text()
+        )
+        moved = page.locator(".upcoming span.moved").first.inner_text()
+        assert f"moved from {(today + timedelta(days=1)):%a %Y-%m-%d} 12:00 (holiday)" in moved
+        page.goto(served.url + "jobs/report")
+        excluded = page.locator(".upcoming span.excluded").all_inner_texts()
+        assert len(excluded) == 2
+        assert all("excluded: holiday" in text for text in excluded)
+    finally:
+        served.stop()

@@ -108,14 +108,17 @@ class Calendared:
         raise AttributeError("a Calendared schedule is immutable")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Calendared) and (
-            self.schedule,
-            self.calendar,
-            self.on_excluded,
-        ) == (other.schedule, other.calendar, other.on_excluded)
+        return isinstance(other, Calendared) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((id(self.schedule), self.calendar, self.on_excluded))
+        return hash(self._key())
+
+    def _key(self) -> tuple[Any, ...]:
+        """Equal for equal arguments: the schedule by its spec (schedules compare by
+        identity), else itself."""
+        spec = getattr(self.schedule, "spec", None)
+        schedule = repr(spec()) if callable(spec) else self.schedule
+        return (schedule, self.calendar, self.on_excluded)
 
     def __repr__(self) -> str:
         return (

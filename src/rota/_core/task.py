@@ -8,7 +8,6 @@ from typing import Any
 
 from rota.schedules import Once
 
-from .moves import plain
 from .policy import Plan
 from .queue import Entry
 from .types import (
@@ -220,7 +219,6 @@ def task_info(
     """
     if status in FINISHED:
         return TaskInfo(task_id, status, False, None, None, 0, None)
-    schedule = plain(schedule)  # a calendar is an option of the task, not its schedule
     if type(schedule) is Once and schedule.at is None:
         schedule = Once(at=slot)
     nxt = due if status is SCHEDULED and not paused else None

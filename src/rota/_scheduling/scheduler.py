@@ -22,7 +22,7 @@ from rota._core.checks import (
 )
 from rota._core.engine import Engine
 from rota._core.events import EventKind, Listener
-from rota._core.moves import UPCOMING_MAX, Upcoming, calendared
+from rota._core.moves import UPCOMING_MAX, Upcoming, calendared, plain
 from rota._core.policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
 from rota._core.types import RunOutcome, Status, TaskInfo, Time
 from rota._core.validate import LIMIT, PLAIN, time_from
@@ -586,7 +586,7 @@ class Scheduler:
                 calendared(FixedRate(1), options["calendar"], options.get("on_excluded", "skip"))
                 return False
             found["schedule"] = calendared(
-                info.schedule,  # type: ignore[arg-type]
+                plain(info.schedule),  # type: ignore[arg-type]
                 options["calendar"],
                 options.get("on_excluded", "skip"),
             )

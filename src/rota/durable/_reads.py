@@ -8,7 +8,7 @@ import time
 from collections.abc import Hashable
 
 from rota._core import codec as _codec
-from rota._core.moves import Upcoming
+from rota._core.moves import Upcoming, from_calendar_spec
 from rota._core.task import task_info
 from rota._core.types import FINISHED, NO_SKIPS, RunOutcome, Status, TaskInfo, Time, result_of
 from rota._scheduling.reads import Entry
@@ -88,7 +88,13 @@ class StoredReads(StoredChanges):
                 value_from(o.value), o.skips() if o.skipped_by else NO_SKIPS,
             )  # fmt: skip
         try:
-            schedule = None if row.unreadable else _codec.schedule_from(row.spec["schedule"])
+            schedule = (
+                None
+                if row.unreadable
+                else from_calendar_spec(
+                    _codec.schedule_from(row.spec["schedule"]), row.spec.get("calendar")
+                )
+            )
         except StoreError:  # a kind a newer rota wrote (see the triage of claimed rows)
             schedule = None
         due = row.state.get("next", row.due)  # a concurrent task's next slot, not a retry

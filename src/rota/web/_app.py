@@ -17,6 +17,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
@@ -31,24 +32,24 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from rota import Upcoming
 from rota._core.types import error_shown
 from rota.metrics import Collector
 from rota.observe import OPERATIONS, Source, status_json
 from rota.report import (
+    day_shown,
     described,
     first_line,
     history_entry,
     job_zone,
     lateness,
     local_zone,
-    next_runs,
     overdue,
     printable,
     ran_at,
     relative,
     time_shown,
 )
-from rota.schedules import Schedule
 from rota.store import redacted
 
 log = logging.getLogger("rota.web")
@@ -301,8 +302,6 @@ class Dashboard:
         entry = self.source.entry(job_id)
         if entry is None:
             return self.page(request, "missing.html", {"job_id": job_id}, status=404)
-        info = entry.info
-        schedule = info.schedule if isinstance(info.schedule, Schedule) else None
         tz = job_zone(entry.zone)
         runs = self.source.history(job_id, HISTORY)
         history = [
@@ -322,7 +321,7 @@ class Dashboard:
         return self.page(request, "job.html", {
             "job": self.rows([entry])[0],
             "zone": str(tz),
-            "upcoming": [time_shown(t, tz) for t in next_runs(schedule, info.next_run_time)],
+            "upcoming": [_upcoming(u, tz) for u in self.source.upcoming(job_id, UPCOMING)],
             "history": history,
             "chart": _chart(list(reversed(history))),
         })  # fmt: skip
@@ -616,6 +615,23 @@ SORTS: dict[str, Callable[[Any, float], Any]] = {
     "last": _last_key,
 }
 """The jobs list's sortable columns: each a key of an entry at ``now``."""
+
+
+UPCOMING = 5
+"""The next slots a job's page lists (with what its calendar did to each)."""
+
+
+def _upcoming(slot: Upcoming, tz: tzinfo) -> dict[str, str | None]:
+    """One of a job's next slots as its page shows it: the time it runs (the slot's
+    own when it does not), and what its calendar did: ``moved from ...``, or
+    ``excluded: ...``."""
+    if slot.at is None:
+        return {"time": time_shown(slot.slot, tz), "mark": "excluded",
+                "note": f"excluded: {slot.reason}" if slot.reason else "merged"}  # fmt: skip
+    if slot.reason is None:
+        return {"time": time_shown(slot.at, tz), "mark": None, "note": None}
+    return {"time": time_shown(slot.at, tz), "mark": "moved",
+            "note": f"moved from {day_shown(slot.slot, tz)} ({slot.reason})"}  # fmt: skip
 
 
 def _summary(entries: list[Any], now: float) -> dict[str, int]:
