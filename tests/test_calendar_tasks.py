@@ -4,7 +4,10 @@ oracle, and what ``upcoming`` shows before it happens."""
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -376,3 +379,48 @@ def test_every_store_decides_alike(sched: Scheduler) -> None:
 
     assert runs(sched) == runs(memory)
     check_table(sched)
+
+
+def test_status_says_the_next_run_was_moved(tmp_path: Any) -> None:
+    from rota.durable import DurableScheduler
+    from rota.store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "s.db")
+    sched = DurableScheduler(store, clock=ManualClock(ny(2026, 12, 1)))
+    sched.register("f", lambda at: None)
+    sched.ensure("pay", Cron("0 9 6 * *", tz=NY), "f", calendar=NYSE, on_excluded="next",
+                 zone=NY)  # fmt: skip
+    store.close()
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    status = [sys.executable, "-m", "rota", "status", "--store", url]
+    (entry,) = json.loads(subprocess.run([*status, "--json"], capture_output=True, text=True,
+                                         timeout=60, check=True).stdout)  # fmt: skip
+    assert (entry["next"], entry["moved_from"], entry["moved_why"]) == (
+        ny(2026, 12, 7, 9), ny(2026, 12, 6, 9), "weekend",
+    )  # fmt: skip
+    shown = subprocess.run(status, capture_output=True, text=True, timeout=60, check=True)
+    assert "2026-12-07T09:00:00-05:00 (moved from Sun 2026-12-06 09:00, weekend)" in shown.stdout
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_declaration_with_another_calendar_decides_the_next_run_again(
+    kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """What ``rota run`` does when a job file's calendar changes: ``ensure`` again."""
+    from rota.durable import DurableScheduler
+
+    store = make_store(kind, request, tmp_path)
+    sched = DurableScheduler(store, clock=ManualClock(ny(2026, 12, 21, 12)))
+    sched.register("f", lambda at: None)
+    daily = Cron("0 9 * * *", tz=NY)
+    plain_days = Calendar("nyse", tz=NY, weekends=())
+    assert sched.ensure("d", daily, "f", calendar=plain_days)
+    assert not sched.ensure("d", daily, "f", calendar=plain_days)  # the same: unchanged
+    assert sched.next_run_time("d") == ny(2026, 12, 22, 9)
+    holiday = Calendar("nyse", tz=NY, weekends=(), holidays=[date(2026, 12, 22)])
+    assert sched.ensure("d", daily, "f", calendar=holiday)
+    assert sched.next_run_time("d") == ny(2026, 12, 23, 9)
+    assert sched.ensure("d", daily, "f")  # the calendar taken away
+    assert sched.next_run_time("d") == ny(2026, 12, 22, 9)
+    check_table(sched)
+    store.close()

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from rota import TaskInfo
+from rota import TaskInfo, Upcoming
 from rota._core.types import error_shown
 from rota.calendars import AnyOf, BusinessDay, Calendared
 from rota.schedules import FixedDelay, FixedRate, Once, Schedule
@@ -118,6 +118,28 @@ def history_entry(o: OutcomeRow) -> dict[str, Any]:
         "skipped": o.skipped, "skipped_by": dict(o.skips()), "owner": o.owner,
         "output": o.value,
     }  # fmt: skip
+
+
+def decided(scheduler: Any, task_id: object) -> list[Upcoming]:
+    """The slots a task's next run stands for, from the first its decision took on
+    (excluded ones too) up to its own: :meth:`~rota.Scheduler.upcoming`, asked for
+    more until it reaches that run (at most 1,000). O(slots listed)."""
+    n = 8
+    while True:
+        listed: list[Upcoming] = scheduler.upcoming(task_id, n)
+        runs = [u for u in listed if u.at is not None]
+        if n >= 1000 or len(listed) < n or (runs and listed[-1].slot >= runs[0].slot):
+            return listed
+        n = min(1000, n * 4)
+
+
+def moved_from(listed: list[Upcoming], at: float | None) -> tuple[float, str] | None:
+    """The slot (and why) that the run at ``at`` was moved from, when its calendar moved
+    it; ``None`` when it runs at its own slot. ``listed``: :func:`decided`. O(listed)."""
+    own = [u for u in listed if u.at is not None and u.at == at]
+    if not own or own[-1].slot == at or own[-1].reason is None:
+        return None
+    return own[-1].slot, own[-1].reason
 
 
 MOVES_SHOWN = {

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from rota import ManualClock, RunContext, Scheduler, Upcoming
 from rota.calendars import Calendared
+from rota.report import decided as calendar_slots
 
 from ._jobfile import Job
 
@@ -50,18 +51,6 @@ class _Slots:
 
     def __call__(self, at: float, *, run: RunContext) -> None:
         self.slot[str(run.task_id)] = run.slot
-
-
-def _decided(scheduler: Scheduler, job_id: str) -> list[Upcoming]:
-    """The slots a calendared job's next run decides, from the first it took on
-    (``upcoming`` from where the decision began, up to the run's own slot)."""
-    n = 8
-    while True:
-        listed = scheduler.upcoming(job_id, n)
-        runs = [u for u in listed if u.at is not None]
-        if n >= 1000 or (runs and listed[-1].slot >= runs[0].slot) or len(listed) < n:
-            return listed
-        n = min(1000, n * 4)
 
 
 def _lines(
@@ -111,7 +100,7 @@ def plan(jobs: list[Job], start: float, until: float) -> tuple[list[Planned], bo
         for job_id in calendared:
             due = scheduler.next_run_time(job_id)
             if due is not None and due <= now:
-                decided[job_id] = _decided(scheduler, job_id)
+                decided[job_id] = calendar_slots(scheduler, job_id)
         for outcome in scheduler.tick(now):
             job_id = str(outcome.task_id)
             job = by_id[job_id]

@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rota._core.types import FINISHED, error_shown
+from rota.calendars import Calendared
 from rota.report import (
     day_shown,
+    decided,
     excluded_shown,
     grace,
     history_entry,
     job_zone,
     lateness,
     local_zone,
+    moved_from,
     overdue,
     printable,
     ran_at,
@@ -208,6 +211,10 @@ def _status(args: argparse.Namespace) -> int:
     sched = _scheduler(args.store)
     listed = list(_listing(sched))
     entries = [status_entry(entry) for entry in listed]
+    for entry, e in zip(listed, entries, strict=True):  # what calendars did to next runs
+        if isinstance(entry.info.schedule, Calendared) and e["next"] is not None:
+            moved = moved_from(decided(sched, entry.info.task_id), e["next"])
+            e["moved_from"], e["moved_why"] = moved if moved else (None, None)
     if args.json:
         print(json.dumps(entries))
         return 0
@@ -219,6 +226,8 @@ def _status(args: argparse.Namespace) -> int:
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
         why = lateness(entry.info, now)
         late = "" if why is None else f" ({why})"
+        if e.get("moved_from") is not None:
+            late += f" (moved from {day_shown(e['moved_from'], tz)}, {e['moved_why']})"
         notes = [] if e["last"] is None else [f"{e['last']} ({time_shown(e['last_started'], tz)})"]
         if e["unreadable"]:
             notes.append(f"cannot be read here: {e['unreadable']}")

@@ -13,9 +13,11 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from rota._core import validate as _validate
+from rota._core.moves import calendared
 from rota._core.policy import RetryOn, RetryPolicy, Schedule
 from rota._core.types import Time
 from rota._scheduling.scheduler import MONOTONIC_CLOCKS, Clock, Scheduler
+from rota.calendars import Calendar
 from rota.misfire import Misfire
 from rota.overlap import Overlap
 from rota.store import Store
@@ -194,6 +196,8 @@ class DurableScheduler(Scheduler):
         jitter: Time | timedelta | None = None,
         end: Time | datetime | None = None,
         max_runs: int | None = None,
+        calendar: Calendar | None = None,
+        on_excluded: str = "skip",
     ) -> bool:
         r"""Make sure a task exists as declared: for tasks declared at every start-up.
 
@@ -213,12 +217,15 @@ class DurableScheduler(Scheduler):
         declaration changed (a job cancelled, or :meth:`remove`\ d, then edited
         or declared again); with the same declaration it stays finished.
 
+        ``calendar``/``on_excluded`` are :meth:`schedule`'s; a declaration with
+        another calendar is another declaration (its next run decided again).
+
         ``zone`` (an IANA name, ``"Europe/Berlin"``) is the zone the task's
         times are shown in by the command and the dashboard (``spec["zone"]``,
         :attr:`Entry.zone`); it changes nothing about when the task runs.
         """
         admitted, plan, first = self._admit(
-            task_id, when, action, args, kwargs,
+            task_id, calendared(when, calendar, on_excluded), action, args, kwargs,
             (max_retries, retry, retry_on, misfire, priority),
             (overlap, deadline, jitter, end, max_runs),
         )  # fmt: skip
