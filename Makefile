@@ -62,6 +62,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/realtime.py
 	$(BIN)/python bench/overlap.py
+	$(BIN)/python bench/calendars.py
 	$(BIN)/python bench/peers.py
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/durable.py
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/scale.py

@@ -170,8 +170,8 @@ class CalendarCursor:
         self._last: Time = state.get("last", -math.inf)
         self._moves: dict[Time, Time] = dict(state.get("moves", ()))
         self.excluded: int = state.get("excluded", 0)
-        # Where it was when it began deciding its latest run: upcoming() decides that
-        # run again from there, to list the slots it excluded or merged before it.
+        # Where it was when it began deciding its latest run, if that began with an
+        # excluded slot: upcoming() decides that run again from there, to list them.
         self._mark: dict[str, Any] | None = state.get("mark")
         skipped = state.get("last_skipped")
         self.last_skipped: tuple[Time, str] | None = (
@@ -216,7 +216,7 @@ class CalendarCursor:
         schedule's cursor raises, and ``ValueError`` when the calendar excludes every
         slot for :data:`YEARS` years. O(days and windows crossed); see the module."""
         self._mark = None
-        self._mark = self.state()
+        first = True
         stack = self._stack
         back = self.owner.on_excluded == "previous"
         horizon: Time | None = None
@@ -239,7 +239,8 @@ class CalendarCursor:
                 return self._emit(item)
             if slot is None:
                 return None
-            decided = self._decide(slot)
+            decided = self._decide(slot, first)
+            first = False
             if decided is None:
                 continue
             item = decided
@@ -268,14 +269,18 @@ class CalendarCursor:
             ahead.append(slot)
         return ahead[0]
 
-    def _decide(self, slot: Time) -> list[Any] | None:
+    def _decide(self, slot: Time, first: bool) -> list[Any] | None:
         """Take the slot in ``_ahead`` and decide it: a run ``[slot, at, merged,
         reason]`` (``merged``: the slots it stands for beside its own), or ``None``
         when it was skipped and counted. A stretch the calendar excludes is crossed
-        at once when its slots all end the same way (see the module)."""
-        del self._ahead[0]
+        at once when its slots all end the same way (see the module). ``first``: the
+        first slot a call of :meth:`next` decides (excluded, where it began is kept:
+        the mark :func:`upcoming` lists that run's excluded slots from)."""
         calendar, mode = self.owner.calendar, self.owner.on_excluded
         reason = calendar.excluded_by(slot)
+        if first and (reason is not None or mode == "previous"):  # (a later slot may
+            self._mark = self.state()  # merge into it there)
+        del self._ahead[0]
         if reason is None:
             self._note("slot", slot, None)
             return [slot, slot, 0, None]
