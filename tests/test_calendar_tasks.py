@@ -17,7 +17,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rota import Backoff, FixedDelay, FixedRate, ManualClock, Once, RunContext, Scheduler, Upcoming
+from rota import (
+    Backoff,
+    FixedDelay,
+    FixedRate,
+    ManualClock,
+    Misfire,
+    Once,
+    RunContext,
+    Scheduler,
+    Upcoming,
+)
 from rota.calendars import Calendar, Calendared, Window
 from rota.cron import Cron
 from tests.helpers import AutoRegistering, check_table, make_store
@@ -426,3 +436,24 @@ def test_a_declaration_with_another_calendar_decides_the_next_run_again(
     assert sched.next_run_time("d") == ny(2026, 12, 22, 9)
     check_table(sched)
     store.close()
+
+
+def test_calendar_skips_are_counted_before_the_misfire_policy(sched: Scheduler) -> None:
+    """A week behind a daily task: the weekend and the holiday are the calendar's, the
+    allowed slots missed are misfire's; COALESCE runs the latest allowed one."""
+    sched.schedule("d", Cron("0 9 * * *", tz=NY), lambda at: None, calendar=NYSE,
+                   misfire=Misfire.COALESCE)  # fmt: skip
+    (outcome,) = sched.tick(ny(2026, 12, 29, 10))  # 22, 23, 24, (25, 26, 27), 28, 29
+    assert outcome.at == ny(2026, 12, 29, 9)
+    assert outcome.skipped_by == {"calendar": 3, "misfire": 4}
+
+
+def test_deadline_and_jitter_count_from_the_moved_time(sched: Scheduler) -> None:
+    sched.schedule("j", Cron("0 9 26 * *", tz=NY), lambda at: None, calendar=NYSE,
+                   on_excluded="next", jitter=600, deadline=3600)  # fmt: skip
+    due = sched.next_run_time("j")
+    assert due is not None
+    assert ny(2026, 12, 28, 9) <= due < ny(2026, 12, 28, 9, 10)
+    (outcome,) = sched.tick(ny(2026, 12, 28, 9, 30))  # late, within the hour
+    assert outcome.at == ny(2026, 12, 28, 9)
+    assert outcome.skipped_by == {}

@@ -132,6 +132,15 @@ def test_holidays_from_the_holidays_package() -> None:
         Calendar.from_holidays("x", "US", subdiv="QQ")
 
 
+def test_an_exchanges_holidays_from_the_holidays_package() -> None:
+    xnys = Calendar.from_holidays("xnys", "NYSE", tz=NY)
+    assert not xnys.is_business_day(date(2027, 3, 26))  # Good Friday: the market's, not NY's
+    assert Calendar.from_holidays("nyse", "US", subdiv="NY", tz=NY).is_business_day(
+        date(2027, 3, 26)
+    )
+    assert Calendar.from_json(xnys.to_json()) == xnys
+
+
 days = st.dates(min_value=date(2000, 1, 1), max_value=date(2100, 1, 1))
 
 

@@ -212,10 +212,12 @@ class Calendar:
         exclude: Iterable[Window] = (),
     ) -> Calendar:
         """A calendar whose holidays are those the ``holidays`` package gives for
-        ``country`` (and ``subdiv``), plus ``holidays``. Each year is computed when a
-        date of it is first asked about, and kept. Needs the extra ``rota[holidays]``
-        (``ImportError`` naming it otherwise); ``ValueError`` for a country or
-        subdivision the package does not know."""
+        ``country`` (and ``subdiv``), or for the exchange ``country`` names
+        (``"NYSE"``, ``"XLON"``: its financial holidays), plus ``holidays``. Each
+        year is computed when a date of it is first asked about, and kept. Needs the
+        extra ``rota[holidays]`` (``ImportError`` naming it otherwise);
+        ``ValueError`` for a country, subdivision or market the package does not
+        know."""
         calendar = cls.__new__(cls)
         calendar._setup(name, tz, weekends, holidays, exclude, (country, subdiv))
         return calendar
@@ -502,8 +504,10 @@ def _observed(country: object, subdiv: object) -> Any:
     try:
         return holidays.country_holidays(country, subdiv=subdiv)
     except NotImplementedError:
+        if subdiv is None and country in holidays.list_supported_financial():
+            return holidays.financial_holidays(country)  # an exchange: "NYSE", "XLON"
         where = f"country {country!r}" + ("" if subdiv is None else f" subdivision {subdiv!r}")
-        raise ValueError(f"the holidays package knows no {where}") from None
+        raise ValueError(f"the holidays package knows no {where} (nor market)") from None
 
 
 # -- schedules -------------------------------------------------------------------

@@ -146,6 +146,14 @@ def _cached(cache: dict[tuple[Any, ...], T], spec: Mapping[str, Any], make: Any)
     return found
 
 
+def calendared_from(when: Schedule, spec: dict[str, Any] | None) -> Schedule:
+    """``when`` under the calendar a stored spec keeps beside its schedule
+    (:func:`rota._core.moves.calendar_spec`), or ``when`` itself for none."""
+    if spec is None:
+        return when
+    return Calendared(when, Calendar.from_json(spec["calendar"]), spec["on_excluded"])
+
+
 def _schedule(spec: Mapping[str, Any]) -> Schedule:
     kind = spec.get("kind")
     if kind == "once":

@@ -42,6 +42,11 @@ MOVES_KEPT = 64
 misfire policy keeps ahead, and retries of a moved run keep its slot themselves."""
 
 
+CALENDAR = ("excluded_by", "open_from", "moved", "open_days", "window_at", "to_json")
+"""What this module asks of a calendar (:class:`rota.calendars.Calendar` has it; that
+module is built on this one, so it is asked for by name)."""
+
+
 class Upcoming(NamedTuple):
     """One of a task's next slots (:meth:`rota.Scheduler.upcoming`): ``slot``, the
     time it belongs to (its key's); ``at``, when it runs (``None``: it does not run,
@@ -78,12 +83,11 @@ class Calendared:
     """A calendar's days are wall-clock days: a monotonic clock refuses it."""
 
     def __init__(self, schedule: Schedule, calendar: Any, on_excluded: str = "skip") -> None:
-        from rota.calendars import Calendar
         from rota.schedules import FixedDelay, Once
 
         if not callable(getattr(schedule, "start", None)):
             raise TypeError(f"schedule must be a schedule (with start()), got {schedule!r}")
-        if not isinstance(calendar, Calendar):
+        if not all(callable(getattr(calendar, name, None)) for name in CALENDAR):
             raise TypeError(f"calendar must be a rota.calendars.Calendar, got {calendar!r}")
         if on_excluded not in ON_EXCLUDED:
             raise ValueError(
@@ -477,6 +481,25 @@ def calendared(when: Schedule, calendar: object, on_excluded: object) -> Schedul
     return Calendared(when, calendar, on_excluded)
 
 
+def recalendared(options: dict[str, Any], schedule: object) -> Schedule | None:
+    """The schedule a task on ``schedule`` takes from ``update(calendar=...,
+    on_excluded=...)`` (``options``), checked first; ``None`` for no task (finished or
+    unknown: no schedule). Raises what :func:`calendared` raises, and ``TypeError``
+    for an ``on_excluded`` without ``calendar``. O(1)."""
+    if "calendar" not in options:
+        raise TypeError(
+            f"update(on_excluded={options['on_excluded']!r}) needs calendar= too "
+            "(the calendar it applies to; calendar=None to take it away)"
+        )
+    from rota.schedules import FixedRate
+
+    given = (options["calendar"], options.get("on_excluded", "skip"))
+    if schedule is None:
+        calendared(FixedRate(1), *given)
+        return None
+    return calendared(plain(schedule), *given)  # type: ignore[arg-type]
+
+
 def plain(when: object) -> object:
     """The schedule under a calendar (``when`` itself if it has none). O(1)."""
     return when.schedule if isinstance(when, Calendared) else when
@@ -488,15 +511,6 @@ def calendar_spec(when: object) -> dict[str, Any] | None:
     if not isinstance(when, Calendared):
         return None
     return {"calendar": when.calendar.to_json(), "on_excluded": when.on_excluded}
-
-
-def from_calendar_spec(when: Schedule, spec: dict[str, Any] | None) -> Schedule:
-    """``when`` under the calendar a stored spec keeps (:func:`calendar_spec`)."""
-    if spec is None:
-        return when
-    from rota.calendars import Calendar
-
-    return Calendared(when, Calendar.from_json(spec["calendar"]), spec["on_excluded"])
 
 
 def recalendar(plan: Any, when: Schedule) -> None:

@@ -18,7 +18,7 @@ from . import codec
 from .checks import OVERLAP_ATTRIBUTES, overlap_of, set_overlap
 from .controls import WINDOWS, _new_run
 from .engine import Engine
-from .moves import calendar_spec, from_calendar_spec, plain
+from .moves import calendar_spec, plain
 from .policy import Plan, RetryPolicy, Schedule
 from .task import SCHEDULED, Run, Task, _Waiting, run_slot, run_state
 from .types import FINISHED, UNFINISHED, Status, Time
@@ -41,7 +41,7 @@ def policies_of(spec: dict[str, Any]) -> Policies:
     immutable). Raises what decoding raises (:class:`~rota.store.StoreError` for a
     kind this version does not know)."""
     return (
-        from_calendar_spec(codec.schedule_from(spec["schedule"]), spec.get("calendar")),
+        codec.calendared_from(codec.schedule_from(spec["schedule"]), spec.get("calendar")),
         codec.retry_from(spec["retry"]),
         codec.retry_on_from(spec["retry_on"]),
         bool(CONTROLS.intersection(spec)),
@@ -209,7 +209,7 @@ def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
         elif key in ("misfire", "deadline", "jitter", "end", "max_runs", "priority"):
             setattr(plan, key, value)
         elif key == "schedule" and "calendar" in spec:  # a change of calendar, waiting
-            plan.schedule = from_calendar_spec(codec.schedule_from(value), spec["calendar"])
+            plan.schedule = codec.calendared_from(codec.schedule_from(value), spec["calendar"])
 
 
 _ATTRIBUTES = {"overlap": ("overlap_skip", *OVERLAP_ATTRIBUTES), "calendar": ()}

@@ -22,7 +22,7 @@ from rota._core.checks import (
 )
 from rota._core.engine import Engine
 from rota._core.events import EventKind, Listener
-from rota._core.moves import UPCOMING_MAX, Upcoming, calendared, plain
+from rota._core.moves import UPCOMING_MAX, Upcoming, calendared, recalendared
 from rota._core.policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
 from rota._core.types import RunOutcome, Status, TaskInfo, Time
 from rota._core.validate import LIMIT, PLAIN, time_from
@@ -576,20 +576,10 @@ class Scheduler:
         """
         found = changes(options)
         if "calendar" in options or "on_excluded" in options:
-            if "calendar" not in options:
-                raise TypeError(
-                    f"update(on_excluded={options['on_excluded']!r}) needs calendar= too "
-                    "(the calendar it applies to; calendar=None to take it away)"
-                )
             info = self._table.info(task_id)
-            if info is None or info.schedule is None:
-                calendared(FixedRate(1), options["calendar"], options.get("on_excluded", "skip"))
+            found["schedule"] = recalendared(options, info and info.schedule)
+            if found["schedule"] is None:
                 return False
-            found["schedule"] = calendared(
-                plain(info.schedule),  # type: ignore[arg-type]
-                options["calendar"],
-                options.get("on_excluded", "skip"),
-            )
         return self._table.update(task_id, found, options)
 
     def backfill(

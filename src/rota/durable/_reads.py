@@ -8,7 +8,7 @@ import time
 from collections.abc import Hashable
 
 from rota._core import codec as _codec
-from rota._core.moves import Upcoming, from_calendar_spec
+from rota._core.moves import Upcoming
 from rota._core.task import task_info
 from rota._core.types import FINISHED, NO_SKIPS, RunOutcome, Status, TaskInfo, Time, result_of
 from rota._scheduling.reads import Entry
@@ -91,7 +91,7 @@ class StoredReads(StoredChanges):
             schedule = (
                 None
                 if row.unreadable
-                else from_calendar_spec(
+                else _codec.calendared_from(
                     _codec.schedule_from(row.spec["schedule"]), row.spec.get("calendar")
                 )
             )
