@@ -5,6 +5,7 @@ state what its runs have done (retries, skips, backlog, the controls' counters).
 
 from __future__ import annotations
 
+from datetime import time
 from typing import Any
 
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from rota import FixedRate, ManualClock, Once
 from rota._core.stored import plan_from_json, plan_spec, plan_state, policies_of
+from rota.calendars import Calendar, Window
 from rota.durable import DurableScheduler
 from rota.misfire import Misfire
 from rota.overlap import Overlap
@@ -20,7 +22,10 @@ from rota.store import MemoryStore
 
 START = 1_800_000_000.0
 KEYS = ("schedule", "max_retries", "retry", "retry_on", "misfire", "overlap", "deadline",
-        "jitter", "end", "max_runs")  # fmt: skip
+        "jitter", "end", "max_runs", "calendar")  # fmt: skip
+CALENDAR = Calendar(  # START is 08:00 UTC: the slots of 08:01-08:03 are excluded
+    "c", weekends=(), exclude=[Window(time(8, 1), time(8, 3))]
+)
 
 
 OWN = ("next", "full", "flying")
@@ -43,6 +48,7 @@ options = st.fixed_dictionaries(
         "jitter": st.integers(1, 5),
         "max_runs": st.integers(1, 5),
         "priority": st.integers(-2, 2),
+        "on_excluded": st.sampled_from(["skip", "next", "previous"]),
     },
 )
 steps = st.lists(
@@ -84,7 +90,9 @@ def test_every_stored_plan_reads_back_as_itself(
     sched = DurableScheduler(MemoryStore(), clock=clock)
     sched.register("flaky", flaky)
     for i, given_options in enumerate(tasks):
-        sched.schedule(f"t{i}", FixedRate(10), "flaky", kwargs={"fail": fail}, **given_options)
+        calendar = {"calendar": CALENDAR} if "on_excluded" in given_options else {}
+        sched.schedule(f"t{i}", FixedRate(10), "flaky", kwargs={"fail": fail}, **given_options,
+                       **calendar)  # fmt: skip
     sched.schedule("once", Once(at=START + 5), "flaky", max_retries=1, kwargs={"fail": fail})
     assert check_rows(sched) == len(tasks) + 1
     ids = [f"t{i}" for i in range(len(tasks))]
