@@ -90,7 +90,7 @@ def test_every_stored_plan_reads_back_as_itself(
     sched = DurableScheduler(MemoryStore(), clock=clock)
     sched.register("flaky", flaky)
     for i, given_options in enumerate(tasks):
-        calendar = {"calendar": CALENDAR} if "on_excluded" in given_options else {}
+        calendar: dict[str, Any] = {"calendar": CALENDAR} if "on_excluded" in given_options else {}
         sched.schedule(f"t{i}", FixedRate(10), "flaky", kwargs={"fail": fail}, **given_options,
                        **calendar)  # fmt: skip
     sched.schedule("once", Once(at=START + 5), "flaky", max_retries=1, kwargs={"fail": fail})
