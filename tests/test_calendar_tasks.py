@@ -127,9 +127,13 @@ def test_skip_counts_what_the_calendar_excluded_and_upcoming_lists_it(sched: Sch
         Upcoming(ny(2026, 12, 25, 9), None, "holiday"),
         Upcoming(ny(2026, 12, 26, 9), None, "weekend"),
     ]
+    assert sched.info("d").last_skipped is None  # type: ignore[union-attr]
     outcomes = hourly(sched, ny(2026, 12, 29))
     assert [dict(o.skipped_by) for o in outcomes] == [{}, {}, {}, {"calendar": 3}]
     assert sched.next_run_time("d") == ny(2026, 12, 29, 9)
+    info = sched.info("d")
+    assert info is not None
+    assert info.last_skipped == (ny(2026, 12, 27, 9), "calendar", "weekend")
 
 
 def test_a_window_moves_to_its_end_or_its_start(sched: Scheduler) -> None:

@@ -430,6 +430,8 @@ class Controls:
             skipped = take()
             if skipped:
                 _skip(plan, "calendar", skipped)
+                last = plan.cursor.last_skipped  # type: ignore[union-attr]
+                plan.last_skipped = None if last is None else (last[0], "calendar", last[1])
             plan.moved = None if plan.extra_runs else plan.cursor.slot_of(at)  # type: ignore[union-attr]
         if plan.jitter:
             plan.nominal = at

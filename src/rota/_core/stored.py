@@ -27,7 +27,18 @@ CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs"})
 """The spec keys of the scheduling controls, stored only when set (rows written
 before them, or by tasks that use none, have none)."""
 CONTROL_STATE = frozenset(
-    {"runs", "nominal", "moved", "extra_runs", "extras", "skips", "pending", "windows", "flying"}
+    {
+        "runs",
+        "nominal",
+        "moved",
+        "last_skipped",
+        "extra_runs",
+        "extras",
+        "skips",
+        "pending",
+        "windows",
+        "flying",
+    }
 )
 """The state keys the controls keep, stored only when set."""
 
@@ -124,6 +135,7 @@ def plan_state(plan: Plan) -> dict[str, Any]:
     if plan.extra or plan.skips:
         for key, value in (
             ("runs", plan.runs), ("nominal", plan.nominal), ("moved", plan.moved),
+            ("last_skipped", None if plan.last_skipped is None else list(plan.last_skipped)),
             ("extra_runs", plan.extra_runs),
             ("extras", plan.extras), ("skips", plan.skips),
             ("windows", None if not plan.windows else [list(w) for w in plan.windows]),
@@ -178,6 +190,8 @@ def _controls(plan: Plan, spec: dict[str, Any], state: dict[str, Any]) -> None:
     plan.runs = state.get("runs", 0)
     plan.nominal = state.get("nominal")
     plan.moved = state.get("moved")
+    skipped = state.get("last_skipped")
+    plan.last_skipped = None if skipped is None else tuple(skipped)
     plan.extra_runs = state.get("extra_runs", 0)
     plan.extras = state.get("extras")
     plan.skips = state.get("skips")

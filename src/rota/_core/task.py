@@ -195,8 +195,9 @@ def _info(task: Task) -> TaskInfo:
         plan.attempt, plan.first_at, at if plan.nominal is None else plan.nominal, plan.moved
     )
     return task_info(
-        task.entry[2], task.status, plan.paused, at, plan.schedule, plan.attempt, slot, task.last
-    )
+        task.entry[2], task.status, plan.paused, at, plan.schedule, plan.attempt, slot, task.last,
+        plan.last_skipped,
+    )  # fmt: skip
 
 
 def task_info(
@@ -208,6 +209,7 @@ def task_info(
     attempt: int,
     slot: Time,
     last: RunOutcome | None,
+    skipped: tuple[Time, str, str | None] | None = None,
 ) -> TaskInfo:
     """What :meth:`Scheduler.info` shows of a task, wherever it lives: the one rule.
 
@@ -215,14 +217,15 @@ def task_info(
     for a retry), ``schedule`` the schedule it was given (``None``: one this
     process cannot read). A finished task shows only its status; a one-off shows the
     instant of its slot (``Once(at=...)``), not the delay it was given, which
-    meant something only when it was scheduled. O(1).
+    meant something only when it was scheduled. ``skipped``: the latest slot its
+    calendar skipped (``TaskInfo.last_skipped``). O(1).
     """
     if status in FINISHED:
         return TaskInfo(task_id, status, False, None, None, 0, None)
     if type(schedule) is Once and schedule.at is None:
         schedule = Once(at=slot)
     nxt = due if status is SCHEDULED and not paused else None
-    return TaskInfo(task_id, status, paused, nxt, schedule, attempt, last)
+    return TaskInfo(task_id, status, paused, nxt, schedule, attempt, last, skipped)
 
 
 def _plan_of(task: Task) -> Plan:

@@ -98,9 +98,11 @@ class StoredReads(StoredChanges):
         except StoreError:  # a kind a newer rota wrote (see the triage of claimed rows)
             schedule = None
         due = row.state.get("next", row.due)  # a concurrent task's next slot, not a retry
+        skipped = row.state.get("last_skipped")
         return task_info(
             row.task_id, status, row.paused, due, schedule, row.state.get("attempt", 0),
             row.due if row.unreadable else slot_of(row), outcome,
+            None if skipped is None else tuple(skipped),
         )  # fmt: skip
 
     # -- the read half
