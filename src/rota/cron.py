@@ -91,7 +91,7 @@ class Cron:
     expression cronsim rejects or an unknown time zone.
     """
 
-    __slots__ = ("expression", "zone")
+    __slots__ = ("_fields_of", "expression", "zone")
 
     epoch = True
     """Cron runs on wall-clock epoch time: a scheduler on a monotonic clock refuses it."""
@@ -121,6 +121,7 @@ class Cron:
             raise TypeError(f"tz must be a zone name or a tzinfo, got {tz!r}")
         self.expression = expression
         self.zone = zone
+        self._fields_of: tuple[CronSim, list[int]] | None = None
 
     def __repr__(self) -> str:
         return f"Cron({self.expression!r}, tz={str(self.zone)!r})"
@@ -230,13 +231,19 @@ class Cron:
         return start, bisect.bisect_right(times, low), bisect.bisect_right(times, high)
 
     def _fields(self) -> tuple[CronSim, list[int]]:
-        """A cronsim of the expression (for its day match and fields) and the sorted
-        seconds of the day its time fields match."""
-        sim = CronSim(self.expression, datetime(2000, 1, 1))
-        times = sorted(
-            h * 3600 + m * 60 + sec for h in sim.hours for m in sim.minutes for sec in sim.seconds
-        )
-        return sim, times
+        """A cronsim of the expression (for its day match and fields, never stepped) and
+        the sorted seconds of the day its time fields match; made once per schedule
+        (a calendar's cursor counts stretches often)."""
+        if self._fields_of is None:
+            sim = CronSim(self.expression, datetime(2000, 1, 1))
+            times = sorted(
+                h * 3600 + m * 60 + sec
+                for h in sim.hours
+                for m in sim.minutes
+                for sec in sim.seconds
+            )
+            self._fields_of = (sim, times)
+        return self._fields_of
 
     def _runs(self, a: Time, b: Time) -> list[Time]:
         """The run times in ``(a, b]``, stepping (a short stretch)."""
