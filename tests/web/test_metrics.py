@@ -233,3 +233,27 @@ def test_run_counters_and_histograms_match_a_plain_count(
         for (f, job), total in sums.items():
             if f == family:
                 assert math.isclose(got[(f"{prefix}_sum", (("job", job),))], total, abs_tol=1e-6)
+
+
+def test_calendar_skips_are_counted_by_their_reason() -> None:
+    """``rota_slots_skipped_total{reason="calendar"}``: the slots a task's calendar
+    excluded, counted on the run after them."""
+    from datetime import date, datetime
+    from zoneinfo import ZoneInfo
+
+    from rota.calendars import Calendar
+    from rota.cron import Cron
+
+    zone = ZoneInfo("America/New_York")
+    clock = ManualClock(datetime(2026, 12, 24, 12, tzinfo=zone).timestamp())
+    scheduler = Scheduler(clock=clock, epoch=True)
+    collector = rota.metrics.Collector(scheduler)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    holiday = Calendar("c", tz="America/New_York", holidays=[date(2026, 12, 25)])
+    scheduler.schedule("d", Cron("0 9 * * *", tz="America/New_York"), lambda at: None,
+                       calendar=holiday)  # fmt: skip
+    scheduler.tick(datetime(2026, 12, 28, 10, tzinfo=zone).timestamp())
+    got = samples(registry)
+    assert got[("rota_slots_skipped_total", (("job", "d"), ("reason", "calendar")))] == 3
+    collector.close()
