@@ -461,3 +461,16 @@ def test_deadline_and_jitter_count_from_the_moved_time(sched: Scheduler) -> None
     (outcome,) = sched.tick(ny(2026, 12, 28, 9, 30))  # late, within the hour
     assert outcome.at == ny(2026, 12, 28, 9)
     assert outcome.skipped_by == {}
+
+
+def test_backfill_runs_the_slots_the_calendar_allows(sched: Scheduler) -> None:
+    runs = Runs()
+    clock = sched.clock
+    assert isinstance(clock, ManualClock)
+    clock.set(ny(2026, 12, 29))
+    sched.schedule("d", Cron("0 9 * * *", tz=NY), runs, calendar=NYSE)
+    assert sched.backfill("d", ny(2026, 12, 22), ny(2026, 12, 29)) == 4  # not 25, 26, 27
+    sched.tick(ny(2026, 12, 29))
+    assert [slot for _at, slot, _key in runs.seen] == [
+        ny(2026, 12, 22, 9), ny(2026, 12, 23, 9), ny(2026, 12, 24, 9), ny(2026, 12, 28, 9),
+    ]  # fmt: skip

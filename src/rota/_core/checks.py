@@ -257,14 +257,15 @@ def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
 
     ``FixedRate``: ``first + k * period`` on the task's own grid (its cursor's
     ``first``), for every integer k; a schedule with ``next_after(t)`` (``Cron``):
-    its instants. Raises ``ValueError`` for any other schedule (no slots to
-    name: ``Once``, ``FixedDelay``) and for more than :data:`BACKFILL_MAX` slots.
-    O(slots).
+    its instants; under a calendar, the schedule's slots the calendar allows (an
+    excluded one did not run, or ran moved, under its key). Raises ``ValueError`` for
+    any other schedule (no slots to name: ``Once``, ``FixedDelay``) and for more
+    than :data:`BACKFILL_MAX` slots. O(slots).
     """
-    when = plan.schedule
+    when, cursor = plain(plan.schedule), getattr(plan.cursor, "inner", plan.cursor)
     slots: list[Time] = []
     if isinstance(when, FixedRate):
-        first = getattr(plan.cursor, "first", when.start_at)
+        first = getattr(cursor, "first", when.start_at)
         if first is None:
             raise ValueError(f"the task's schedule {when!r} has ended: it has no slots left")
         period = when.period
@@ -296,6 +297,9 @@ def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
             f"[{start!r}, {end!r}) holds more than {BACKFILL_MAX} slots of {when!r}: "
             "backfill it in parts"
         )
+    calendar = getattr(plan.schedule, "calendar", None)
+    if calendar is not None:
+        slots = [slot for slot in slots if calendar.excluded_by(slot) is None]
     # The live schedule runs its current slot and every later one itself.
     live = set(plan.backlog or ())
     return [slot for slot in slots if slot < plan.slot and slot not in live]

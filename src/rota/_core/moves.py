@@ -200,6 +200,11 @@ class CalendarCursor:
 
     # -- what the engine asks --------------------------------------------------------
 
+    @property
+    def inner(self) -> Cursor:
+        """The schedule's own cursor, under the calendar's. O(1)."""
+        return self._inner
+
     def hold(self, slot: Time) -> None:
         """Take ``slot`` back, to decide it again first (a run the task had when its
         calendar changed). O(held)."""
