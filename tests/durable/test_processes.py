@@ -14,11 +14,13 @@ import signal
 import sqlite3
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from rota import DurableScheduler, Status
+from rota import DurableScheduler, Once, Status
+from rota.calendars import Calendar, Window
 from rota.store import SQLiteStore
 from tests.durable.cluster import EFFECT, Cluster
 from tests.helpers import wait_until
@@ -81,6 +83,30 @@ def test_sigkill_at_each_step_of_a_run(cluster: Cluster, step: str) -> None:
     starts = cluster.starts()
     expected = {"claimed": 1, "during": 2, "completing": 2, "committing": 2}[step]
     assert sum(starts.values()) == expected  # a claimed, unstarted run never started twice
+
+
+def test_a_moved_run_taken_over_from_a_killed_node_keeps_its_slots_key(
+    cluster: Cluster,
+) -> None:
+    """A one-off moved by its calendar to the end of a window, its node SIGKILLed mid-run:
+    the node that takes it over runs it under the original slot's key, once."""
+    now = time.time()
+    hold = Calendar("hold", weekends=(), exclude=[
+        Window(datetime.fromtimestamp(now, UTC), datetime.fromtimestamp(now + 2, UTC)),
+    ])  # fmt: skip
+    slot = now + 0.5
+    cluster.sched.schedule("x", Once(at=slot), EFFECT, args=[], calendar=hold, on_excluded="next")
+    assert cluster.sched.next_run_time("x") == pytest.approx(now + 2)
+    victim = cluster.spawn(LEASE="0.5", EFFECT_SLEEP="30")
+    wait_until(cluster.starts, timeout=10)
+    cluster.kill(victim)
+    cluster.spawn(LEASE="0.5")
+    wait_until(lambda: cluster.done(["x"]), timeout=10)
+    [outcome] = cluster.sched.history("x")
+    assert (outcome.result, outcome.slot) == ("ok", slot)
+    assert outcome.at == pytest.approx(now + 2)
+    assert cluster.effect_keys() == {f"x@{slot!r}"}
+    assert set(cluster.starts()) == {f"x@{slot!r}"}  # both starts under that key
 
 
 def test_a_stopped_process_writes_nothing_when_it_wakes(cluster: Cluster) -> None:
