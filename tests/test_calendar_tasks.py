@@ -24,6 +24,7 @@ from rota import (
     ManualClock,
     Misfire,
     Once,
+    Overlap,
     RunContext,
     Scheduler,
     Upcoming,
@@ -474,3 +475,13 @@ def test_backfill_runs_the_slots_the_calendar_allows(sched: Scheduler) -> None:
     assert [slot for _at, slot, _key in runs.seen] == [
         ny(2026, 12, 22, 9), ny(2026, 12, 23, 9), ny(2026, 12, 24, 9), ny(2026, 12, 28, 9),
     ]  # fmt: skip
+
+
+def test_a_concurrent_tasks_moved_run_keeps_its_slot(sched: Scheduler) -> None:
+    runs = Runs()
+    sched.schedule("c", Cron("0 9 26 * *", tz=NY), runs, calendar=NYSE, on_excluded="next",
+                   overlap=Overlap.allow(2))  # fmt: skip
+    hourly(sched, ny(2026, 12, 29))
+    assert runs.seen == [(ny(2026, 12, 28, 9), ny(2026, 12, 26, 9), f"c@{ny(2026, 12, 26, 9)!r}")]
+    assert sched.next_run_time("c") == ny(2027, 1, 26, 9)
+    check_table(sched)
