@@ -485,3 +485,14 @@ def test_a_concurrent_tasks_moved_run_keeps_its_slot(sched: Scheduler) -> None:
     assert runs.seen == [(ny(2026, 12, 28, 9), ny(2026, 12, 26, 9), f"c@{ny(2026, 12, 26, 9)!r}")]
     assert sched.next_run_time("c") == ny(2027, 1, 26, 9)
     check_table(sched)
+
+
+def test_reschedule_keeps_the_tasks_calendar(sched: Scheduler) -> None:
+    sched.schedule("r", Cron("0 9 * * *", tz=NY), lambda at: None, calendar=NYSE,
+                   on_excluded="next")  # fmt: skip
+    assert sched.reschedule("r", Cron("0 9 26 * *", tz=NY))
+    assert sched.next_run_time("r") == ny(2026, 12, 28, 9)  # Saturday's, moved
+    info = sched.info("r")
+    assert info is not None
+    assert isinstance(info.schedule, Calendared)
+    assert info.schedule.calendar == NYSE

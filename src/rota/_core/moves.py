@@ -505,6 +505,19 @@ def recalendared(options: dict[str, Any], schedule: object) -> Schedule | None:
     return calendared(plain(schedule), *given)  # type: ignore[arg-type]
 
 
+def kept_calendar(when: Schedule, current: object) -> Schedule:
+    """``when`` under the calendar of a task's ``current`` schedule, as ``reschedule``
+    keeps it: ``when`` itself if it has a calendar of its own, if ``current`` has
+    none, or if it is a one-off and that calendar skips. O(1)."""
+    from rota.schedules import Once
+
+    if isinstance(when, Calendared) or not isinstance(current, Calendared):
+        return when
+    if isinstance(when, Once) and current.on_excluded == "skip":
+        return when
+    return Calendared(when, current.calendar, current.on_excluded)
+
+
 def plain(when: object) -> object:
     """The schedule under a calendar (``when`` itself if it has none). O(1)."""
     return when.schedule if isinstance(when, Calendared) else when

@@ -22,7 +22,7 @@ from rota._core.checks import (
 )
 from rota._core.engine import Engine
 from rota._core.events import EventKind, Listener
-from rota._core.moves import UPCOMING_MAX, Upcoming, calendared, recalendared
+from rota._core.moves import UPCOMING_MAX, Upcoming, calendared, kept_calendar, recalendared
 from rota._core.policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
 from rota._core.types import RunOutcome, Status, TaskInfo, Time
 from rota._core.validate import LIMIT, PLAIN, time_from
@@ -527,8 +527,10 @@ class Scheduler:
         ``reschedule("report", Once(at=t))`` moves a one-off run. The task's
         status history is kept (it is not finished and re-created) and its
         retry count resets. A run in progress goes on; the new schedule takes
-        over when it completes. A paused task stays paused. ``False`` if the
-        task is unknown or finished.
+        over when it completes. A paused task stays paused; a task on a
+        calendar stays on it (``when`` given under a calendar of its own takes
+        that one instead; a one-off under a ``"skip"`` calendar takes none).
+        ``False`` if the task is unknown or finished.
 
         Complexity: O(log n).
 
@@ -536,6 +538,8 @@ class Scheduler:
         ``ValueError`` for one with no run at all or a first run time that is
         not a finite number. Nothing changes when it raises.
         """
+        info = self._table.info(task_id)
+        when = kept_calendar(when, None if info is None else info.schedule)
         cursor, first = self._first(when)
         return self._table.reschedule(task_id, when, cursor, first)
 
