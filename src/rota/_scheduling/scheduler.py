@@ -527,10 +527,9 @@ class Scheduler:
         ``reschedule("report", Once(at=t))`` moves a one-off run. The task's
         status history is kept (it is not finished and re-created) and its
         retry count resets. A run in progress goes on; the new schedule takes
-        over when it completes. A paused task stays paused; a task on a
-        calendar stays on it (``when`` given under a calendar of its own takes
-        that one instead; a one-off under a ``"skip"`` calendar takes none).
-        ``False`` if the task is unknown or finished.
+        over when it completes. A paused task stays paused, a task on a calendar
+        on it (:func:`~rota._core.moves.kept_calendar`). ``False`` if the task is
+        unknown or finished.
 
         Complexity: O(log n).
 
@@ -539,8 +538,7 @@ class Scheduler:
         not a finite number. Nothing changes when it raises.
         """
         info = self._table.info(task_id)
-        when = kept_calendar(when, None if info is None else info.schedule)
-        cursor, first = self._first(when)
+        cursor, first = self._first(when := kept_calendar(when, info and info.schedule))
         return self._table.reschedule(task_id, when, cursor, first)
 
     def trigger(self, task_id: Hashable) -> bool:
