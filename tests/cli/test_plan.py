@@ -370,6 +370,12 @@ command = "true"
         ("2026-12-27T09:00:00-05:00", "weekend"),
         ("2026-12-28T09:00:00-05:00", None),
     ]
+    # a window that ends before the run after the excluded slots lists them too
+    shorter = [window[0], window[1], "--until", "2026-12-27T12:00:00-05:00"]
+    daily_short = [
+        r.get("excluded") for r in plan(tmp_path, text, *shorter) if r["job"] == "daily"
+    ]
+    assert daily_short == [None, "holiday", "weekend", "weekend"]
     jobs = tmp_path / "jobs.toml"
     done = subprocess.run(
         [sys.executable, "-m", "rota", "plan", str(jobs), *window],

@@ -92,7 +92,11 @@ def plan(jobs: list[Job], start: float, until: float) -> tuple[list[Planned], bo
     runs: list[Planned] = []
     while len(runs) < MAX_RUNS:
         head = scheduler.next_run_time()
-        if head is None or head > until:
+        if head is None or head > until:  # and the slots excluded before the next runs
+            for job_id in calendared:
+                excluded = [u for u in calendar_slots(scheduler, job_id) if u.at is None]
+                runs += [Planned(by_id[job_id], u.slot, u.slot, excluded=u.reason)
+                         for u in excluded if u.slot <= until and u.reason]  # fmt: skip
             return _ordered(runs), False
         now = max(head, start)
         clock.set(now)
