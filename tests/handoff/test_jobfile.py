@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rota.cli._jobfile import HANDOFF, JobFileError, load
+from rota.cli._jobfile import HANDOFF, load
+from rota.cli._values import JobFileError
 from tests.cli.conftest import Cli
 from tests.handoff.conftest import Worker
 

@@ -30,7 +30,6 @@ from rota import __version__
 from rota.store import StoreError
 
 from ._common import CliError
-from ._jobfile import JobFileError
 from ._secrets import ScrubFormatter, hide, scrub
 from ._subcommands import (
     DEFAULT_STORE,
@@ -44,6 +43,7 @@ from ._subcommands import (
     _status,
     _web,
 )
+from ._values import JobFileError
 
 WORKERS = 32
 """``rota run``'s default ``--workers``: a command job's worker thread mostly waits on

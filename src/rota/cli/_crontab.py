@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from rota.cron import MACROS
 
-from ._jobfile import JobFileError
+from ._values import JobFileError
 
 _ENV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
 

@@ -15,19 +15,22 @@ import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, time, tzinfo
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
 from rota._core import validate as _validate
 from rota._core.policy import Schedule
-from rota.calendars import ON_EXCLUDED, WEEKDAYS, AnyOf, BusinessDay, Calendar, Calendared, Window
+from rota.calendars import AnyOf, Calendar
 from rota.durable import json_value, resolve_path
 from rota.misfire import Misfire
 from rota.overlap import MODES, Overlap
 from rota.report import local_zone
 from rota.retry import JITTERS, Backoff
 from rota.schedules import FixedRate, Once
+
+from ._calendar_tables import business_day, calendar_of, calendar_tables, on_calendar
+from ._values import JobFileError, duration, instant, zone
 
 COMMAND = "rota.cli._command:run_command"
 """The stored action of ``command`` jobs: importable wherever rota is installed."""
@@ -40,65 +43,12 @@ JOB_KEYS = frozenset(
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue",
                            "business_day", "calendar", "on_excluded"}  # fmt: skip
-CALENDAR_KEYS = frozenset({"tz", "holidays", "dates", "weekends", "exclude"})
 HANDOFF = "rota.handoff:publish"
 """The stored action of ``enqueue`` jobs (see :mod:`rota.handoff`)."""
 RECURRING_KEYS = frozenset({"misfire", "overlap", "end", "max_runs"})
 """Keys a one-off (``at``) job has no use for: left out of the defaults it takes."""
 RETRY_KEYS = frozenset({"base", "cap", "jitter"})
 MISFIRES = {"catch_up": Misfire.CATCH_UP, "skip": Misfire.SKIP, "coalesce": Misfire.COALESCE}
-_UNITS = {"ms": 0.001, "s": 1, "min": 60, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|min|s|m|h|d)")
-
-
-class JobFileError(ValueError):
-    """A job file (or a command-line value) that cannot be used as it is."""
-
-
-def duration(value: object, what: str) -> float:
-    """Seconds from a number or ``"500ms"``, ``"15s"``, ``"5m"``, ``"2h"``, ``"1d"``, ``"1h30m"``.
-
-    Raises :class:`JobFileError` (naming ``what``) for anything else or for 0.
-    """
-    text = value.replace(" ", "") if isinstance(value, str) else None
-    parts = _DURATION.findall(text) if text else []
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    elif parts and "".join(n + u for n, u in parts) == text:
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    else:
-        raise JobFileError(f"{what}: {value!r} is not a duration (e.g. 90s, 5m, 1h30m, 1d)")
-    if not 0 < seconds < float("inf"):
-        raise JobFileError(f"{what}: {value!r} must be a positive duration")
-    return seconds
-
-
-def instant(value: object, what: str, zone: tzinfo | None = None) -> datetime:
-    """An aware datetime from ISO 8601 (a TOML datetime too); naive ones are in ``zone``."""
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise JobFileError(
-                f"{what}: {value!r} is not an ISO 8601 time (e.g. 2026-12-24T18:00:00+01:00)"
-            ) from None
-    if not isinstance(value, datetime):
-        raise JobFileError(f"{what}: {value!r} is not an ISO 8601 time")
-    if value.tzinfo is None:
-        if zone is None:
-            raise JobFileError(f"{what}: {value!r} has no UTC offset; add one (e.g. +01:00)")
-        value = value.replace(tzinfo=zone)
-    return value
-
-
-def zone(value: object, what: str) -> tzinfo:
-    """An IANA zone; :class:`JobFileError` for an unknown one."""
-    try:
-        return _validate.zone("tz", value)
-    except TypeError:
-        raise JobFileError(f"{what}: {value!r} is not a time zone name") from None
-    except ValueError:
-        raise JobFileError(f"{what}: unknown time zone {value!r} (e.g. Europe/Berlin)") from None
 
 
 @dataclass
@@ -172,7 +122,7 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
             "[calendars.NAME] and [[jobs]]"
         )
     brokers = _brokers(data.get("brokers", {}), f"{path}: [brokers]")
-    calendars = _calendars(data.get("calendars", {}), path)
+    calendars = calendar_tables(data.get("calendars", {}), path)
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise JobFileError(f"{path}: [defaults] must be a table")
@@ -484,7 +434,7 @@ def _schedule(
     def key(name: str) -> str:
         return f"{where}: key {name!r}"
 
-    calendar = _calendar_of(raw, calendars, key)
+    calendar = calendar_of(raw, calendars, key)
     if "business_day" in raw:  # its 'at' is a time of day, not a one-off's instant
         kind = _one_of(raw, ("cron", "every", "business_day"), where)
     else:
@@ -496,29 +446,12 @@ def _schedule(
             raise JobFileError(f"{key('business_day')}: needs a 'calendar' (its business days)")
         if "tz" not in raw:  # its times are the calendar's, and shown in its zone
             tz = _validate.zone("tz", calendar.tz)
-        when = _business_day(raw, calendar, key)
+        when = business_day(raw, calendar, key)
         if "on_excluded" not in raw:  # its slots are business days already
             return kind, when, tz
     else:
         when = _when(raw, kind, tz, key)
-    if calendar is None:
-        if "on_excluded" in raw:
-            raise JobFileError(f"{key('on_excluded')}: needs a 'calendar' to apply to")
-        return kind, when, tz
-    on_excluded = raw.get("on_excluded", "next" if kind == "at" else "skip")
-    if on_excluded not in ON_EXCLUDED:
-        raise JobFileError(
-            f"{key('on_excluded')}: {on_excluded!r} is not one of {', '.join(ON_EXCLUDED)}"
-        )
-    try:
-        calendared = Calendared(when, calendar, on_excluded)
-    except ValueError as exc:
-        raise JobFileError(f"{key('on_excluded')}: {exc}") from None
-    try:  # a calendar that allows none of its slots: said now, not when it runs
-        calendared.start(datetime.now().timestamp()).next(0)
-    except ValueError as exc:
-        raise JobFileError(f"{key('calendar')}: {exc}") from None
-    return kind, calendared, tz
+    return kind, on_calendar(raw, kind, when, calendar, key), tz
 
 
 def _overlap(value: Any, what: str, does: str) -> Overlap:
@@ -640,118 +573,6 @@ def _when(raw: dict[str, Any], kind: str, tz: tzinfo, key: Any) -> Schedule:
     except ValueError as exc:
         raise JobFileError(f"{key('cron')}: {exc}") from None
     return crons[0] if isinstance(given, str) else AnyOf(*crons)
-
-
-def _calendar_of(
-    raw: dict[str, Any], calendars: dict[str, Calendar], key: Callable[[str], str]
-) -> Calendar | None:
-    """The calendar a job names (``calendar``), ``None`` if none."""
-    if "calendar" not in raw:
-        return None
-    name = raw["calendar"]
-    if name not in calendars:
-        declared = ", ".join(sorted(calendars)) or "none"
-        raise JobFileError(
-            f"{key('calendar')}: {name!r} is not a [calendars.NAME] of this file (it "
-            f"declares: {declared})"
-        )
-    return calendars[name]
-
-
-def _business_day(raw: dict[str, Any], calendar: Calendar, key: Callable[[str], str]) -> Schedule:
-    """``business_day = n`` with ``at = "HH:MM"`` (default 09:00), on ``calendar``."""
-    n = raw["business_day"]
-    at: time = _iso(raw.get("at", "09:00"), key("at"), time)
-    try:
-        return BusinessDay(n, at, calendar)
-    except (TypeError, ValueError) as exc:
-        raise JobFileError(f"{key('business_day')}: {exc}") from None
-
-
-def _calendars(table: object, path: Path) -> dict[str, Calendar]:
-    """The ``[calendars.NAME]`` tables of a job file, each a :class:`Calendar`."""
-    if not isinstance(table, dict):
-        raise JobFileError(f"{path}: [calendars] must hold [calendars.NAME] tables")
-    found = {}
-    for name, raw in table.items():
-        where = f"{path}: calendar {name!r}"
-        if not isinstance(raw, dict):
-            raise JobFileError(f"{where}: must be a table ([calendars.{name}])")
-        unknown = set(raw) - CALENDAR_KEYS
-        if unknown:
-            raise JobFileError(f"{where}: unknown keys {sorted(unknown)}")
-        found[name] = _calendar(name, raw, where)
-    return found
-
-
-def _calendar(name: str, raw: dict[str, Any], where: str) -> Calendar:
-    def key(name: str) -> str:
-        return f"{where}: key {name!r}"
-
-    names = raw.get("weekends", ["sat", "sun"])
-    if not isinstance(names, list) or not all(n in WEEKDAYS for n in names):
-        raise JobFileError(f"{key('weekends')}: {names!r} is not a list of {list(WEEKDAYS)}")
-    dates = raw.get("dates", [])
-    if not isinstance(dates, list):
-        raise JobFileError(f"{key('dates')}: {dates!r} is not a list of dates")
-    days: list[date] = [_iso(d, key("dates"), date) for d in dates]
-    exclude = raw.get("exclude", [])
-    if not isinstance(exclude, list):
-        raise JobFileError(f"{key('exclude')}: {exclude!r} is not a list of [start, end] pairs")
-    try:
-        windows = [_window(pair) for pair in exclude]
-    except (TypeError, ValueError) as exc:
-        raise JobFileError(f"{key('exclude')}: {exc}") from None
-    args: dict[str, Any] = {
-        "tz": raw.get("tz", "UTC"),
-        "weekends": [WEEKDAYS.index(n) for n in names],
-        "holidays": days,
-        "exclude": windows,
-    }
-    try:
-        if "holidays" in raw:
-            code = raw["holidays"]
-            if not isinstance(code, str) or not code:
-                raise JobFileError(f'{key("holidays")}: {code!r} is not a code like "US-NY"')
-            country, _, subdiv = code.partition("-")
-            try:
-                return Calendar.from_holidays(name, country, subdiv or None, **args)
-            except ImportError as exc:
-                raise JobFileError(f"{key('holidays')}: {exc}") from None
-            except ValueError as exc:
-                if "holidays package" in str(exc):
-                    raise JobFileError(f"{key('holidays')}: {exc}") from None
-                raise
-        return Calendar(name, **args)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, JobFileError):
-            raise
-        raise JobFileError(f"{where}: {exc}") from None
-
-
-def _iso(value: object, what: str, kind: type[date] | type[time]) -> Any:
-    """``value`` as a ``kind`` (a date, a time of day): a TOML date or time as it is, or
-    ISO text; :class:`JobFileError` naming ``what`` otherwise."""
-    if type(value) is kind:
-        return value
-    if isinstance(value, str):
-        try:
-            return kind.fromisoformat(value)
-        except ValueError:
-            pass
-    shape = '("YYYY-MM-DD")' if kind is date else 'of day ("HH:MM")'
-    raise JobFileError(f"{what}: {value!r} is not a {kind.__name__} {shape}")
-
-
-def _window(pair: object) -> Window:
-    """``["22:00", "06:00"]`` (every day) or ``["2026-12-20", "2027-01-04"]`` (a period;
-    dates or ISO datetimes, read in the calendar's zone)."""
-    if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
-        raise TypeError(f"{pair!r} is not a [start, end] pair of strings")
-    start, end = pair
-    if ":" in start and "-" not in start:
-        return Window(time.fromisoformat(start), time.fromisoformat(end))
-    return Window(datetime.fromisoformat(start), datetime.fromisoformat(end))
 
 
 def _json(value: Any, what: str, kind: type) -> Any:

@@ -26,9 +26,10 @@ from rota.store import StoreError
 
 from . import _command
 from ._common import CliError, bind
-from ._jobfile import COMMAND, Job, JobFileError
+from ._jobfile import COMMAND, Job
 from ._notify import Notifier
 from ._secrets import ScrubFormatter
+from ._values import JobFileError
 
 log = logging.getLogger("rota.cli")
 

@@ -34,7 +34,8 @@ from rota.report import (
 from rota.store import StoreError, open_store, redacted
 
 from ._common import CliError, bind
-from ._jobfile import duration, instant, load, zone
+from ._jobfile import load
+from ._values import duration, instant, zone
 
 if TYPE_CHECKING:
     from rota.durable import DurableScheduler, Entry
