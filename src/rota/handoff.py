@@ -124,11 +124,14 @@ def message(
     queue: str | None = None,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
+    window: bool = False,
 ) -> dict[str, Any]:
     """The ``kwargs=`` of a :func:`publish` task: publish task ``name`` (the queue's
     name for it, e.g. ``"proj.tasks.report"``: this process need not import it) on
     ``target`` through the broker named ``broker``, on ``queue`` (default: the
-    queue's own), called with ``args`` and ``kwargs``. O(size of the arguments).
+    queue's own), called with ``args`` and ``kwargs`` (and, with ``window``, the
+    keyword arguments ``window_start``/``window_end``: the window the run covers,
+    epoch seconds). O(size of the arguments).
 
     Raises ``ValueError`` for an unknown target and ``TypeError`` for names that
     are not non-empty strings (arguments are checked as JSON when a durable task
@@ -141,8 +144,13 @@ def message(
             raise TypeError(f"{what} must be a non-empty str, got {value!r}")
     if queue is not None and (not isinstance(queue, str) or not queue):
         raise TypeError(f"queue must be a non-empty str or None, got {queue!r}")
-    return {"target": target, "name": name, "broker": broker, "queue": queue,
-            "args": list(args), "kwargs": dict(kwargs or {})}  # fmt: skip
+    if not isinstance(window, bool):
+        raise TypeError(f"window must be a bool, got {window!r}")
+    found: dict[str, Any] = {"target": target, "name": name, "broker": broker, "queue": queue,
+             "args": list(args), "kwargs": dict(kwargs or {})}  # fmt: skip
+    if window:  # (only then: messages stored before it stay as they were)
+        found["window"] = True
+    return found
 
 
 def publish(
@@ -154,6 +162,7 @@ def publish(
     args: list[Any],
     kwargs: dict[str, Any],
     run: RunContext,
+    window: bool = False,
 ) -> str:
     """A hand-off run: publish this slot's message, keyed by ``run.key``; return the
     receipt (``"<target>:<id>"``, kept as the run's value). Called by the runner,
@@ -164,6 +173,9 @@ def publish(
     does not accept the message within :data:`TIMEOUT` seconds.
     """
     slot = f"slot {epoch_shown(run.slot)}, key {run.key}"  # a retry's own time is not it
+    if window:
+        start = run.slot if run.window_start is None else run.window_start
+        kwargs = {**kwargs, "window_start": start, "window_end": run.window_end}
     url = broker_url(broker)
     publisher = _PUBLISHERS.get(target)
     if publisher is None:

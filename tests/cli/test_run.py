@@ -42,6 +42,23 @@ def test_run_executes_commands_with_their_facts_and_stops_on_sigterm(cli: Cli) -
     assert set(history[0]) >= {"at", "result", "attempt", "error", "started"}
 
 
+def test_commands_get_the_window_each_run_covers(cli: Cli) -> None:
+    """``ROTA_WINDOW_START``/``ROTA_WINDOW_END``: each run covers from the slot before
+    its own (the first, one period before it) to its slot; they tile time."""
+    cli.write(
+        '[[jobs]]\nid = "tick"\nevery = "0.3s"\n'
+        'command = ["sh", "-c", "echo $ROTA_WINDOW_START $ROTA_WINDOW_END $ROTA_SLOT >> $OUT"]\n'
+    )
+    proc = cli.start()
+    cli.wait(lambda: len(cli.lines()) >= 3)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    rows = [line.split() for line in cli.lines()]
+    assert all(end == slot and repr(float(start)) == start for start, end, slot in rows)
+    assert abs(float(rows[0][1]) - float(rows[0][0]) - 0.3) < 1e-6
+    assert [start for start, _, _ in rows[1:]] == [end for _, end, _ in rows[:-1]]
+
+
 def test_sigterm_waits_for_the_run_in_flight(cli: Cli) -> None:
     cli.write('[[jobs]]\nid = "slow"\nevery = "1h"\nstart = "2020-01-01T00:00:00+00:00"\n'
               'misfire = "coalesce"\n'

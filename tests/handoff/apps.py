@@ -46,6 +46,15 @@ def rq_report(*args: Any) -> None:
     record("rq", str(job.meta["rota_key"]), args)
 
 
+def rq_window(*args: Any, window_start: float, window_end: float) -> None:
+    """RQ, a job with ``window = true``: the window the run covers, as its args."""
+    from rq import get_current_job
+
+    job = get_current_job()
+    assert job is not None
+    record("rq", str(job.meta["rota_key"]), (*args, window_start, window_end))
+
+
 broker = RedisBroker(url=URL)  # type: ignore[no-untyped-call]
 broker.add_middleware(CurrentMessage())
 dramatiq.set_broker(broker)

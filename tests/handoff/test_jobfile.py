@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import signal
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -46,6 +48,41 @@ def test_a_job_file_hands_each_slot_to_a_worker(redis_url: str, tmp_path: Path) 
     assert all(n == 1 for n in ran.values())
 
 
+def test_an_enqueue_job_with_window_gives_the_worker_the_window_of_each_run(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """``window = true``: the worker's task gets ``window_start``/``window_end``
+    keyword arguments, each run's window ending at its slot and beginning at the one
+    before (the first: a period before it)."""
+    cli = Cli(tmp_path)
+    cli.env["QUEUE_URL"] = redis_url
+    cli.write(
+        '[brokers]\nmain = { env = "QUEUE_URL" }\n'
+        '[[jobs]]\nid = "report"\nevery = "1s"\nargs = [3]\n'
+        'enqueue = { rq = "tests.handoff.apps.rq_window", window = true }\n'
+    )
+    proc = cli.start()
+    try:
+        cli.wait(cli.loaded)
+        cli.wait(
+            lambda: len([r for r in cli.json("history", "report") if r["result"] == "ok"]) >= 3
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    slots = sorted(r["slot"] for r in cli.json("history", "report") if r["result"] == "ok")
+    worker = Worker("rq", redis_url, tmp_path / "runs.db")
+    try:
+        worker.wait_for(len(slots))
+    finally:
+        worker.stop()
+    db = sqlite3.connect(tmp_path / "runs.db")
+    got = {key: ast.literal_eval(args) for key, args in db.execute("SELECT key, args FROM runs")}
+    db.close()
+    for before, slot in zip([slots[0] - 1, *slots], slots, strict=False):
+        assert got[f"report@{slot!r}"] == (3, before, slot)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -54,6 +91,7 @@ def test_a_job_file_hands_each_slot_to_a_worker(redis_url: str, tmp_path: Path) 
         ('enqueue = { rq = "x", broker = "nope" }', "no broker 'nope' here"),
         ('enqueue = { rq = "x" }\ncommand = "true"', "give exactly one of"),
         ('enqueue = { rq = "x" }\ntimeout = "1m"', "go with 'command', not 'enqueue'"),
+        ('enqueue = { rq = "x", window = "yes" }', "window must be a bool"),
     ],
 )
 def test_bad_enqueue_jobs_are_refused_naming_the_key(

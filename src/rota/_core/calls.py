@@ -45,7 +45,9 @@ class RunContext(NamedTuple):
     task, so a write carrying a lower one is from a holder that lost its
     lease) and ``expiries`` the number of leases of this slot that expired
     before (crashed or stalled holders: ``> 0`` means the run may have
-    started before); both are 0 in memory.
+    started before); both are 0 in memory. ``window_start`` is where the interval
+    of time the run covers begins (``docs/policies.md``, "The window a run
+    covers"); it ends at :attr:`window_end`, the slot.
 
     Built, O(1), only for the runs of actions that declare ``run``.
     """
@@ -56,11 +58,17 @@ class RunContext(NamedTuple):
     attempt: int
     fence: int = 0
     expiries: int = 0
+    window_start: Time | None = None
 
     @property
     def key(self) -> str:
         """The slot's idempotency key, ``f"{task_id}@{slot!r}"``. O(1)."""
         return f"{self.task_id}@{self.slot!r}"
+
+    @property
+    def window_end(self) -> Time:
+        """Where the interval of time the run covers ends: its slot. O(1)."""
+        return self.slot
 
 
 class Bound:
@@ -127,9 +135,13 @@ class Bound:
         if not self.wants_run:
             return self.action(*args, **self.kwargs)
         plan = self.plan
-        attempt = 0 if plan is None else plan.attempt
-        slot = at if plan is None else slot_time(attempt, plan.first_at, at, plan.moved)
-        run = RunContext(self.task_id, at, slot, attempt, self.fence, self.expiries)
+        if plan is None:
+            run = RunContext(self.task_id, at, at, 0, self.fence, self.expiries, at)
+        else:
+            attempt = plan.attempt
+            slot = slot_time(attempt, plan.first_at, at, plan.moved)
+            start = slot if plan.window is None else plan.window
+            run = RunContext(self.task_id, at, slot, attempt, self.fence, self.expiries, start)
         return self.action(*args, **self.kwargs, run=run)
 
 

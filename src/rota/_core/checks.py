@@ -305,6 +305,39 @@ def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
     return [slot for slot in slots if slot < plan.slot and slot not in live]
 
 
+def opening(when: object, first: Time, now: Time) -> Time:
+    """Where the window of a task's first run begins (docs/policies.md, "The window a
+    run covers"): one period before it on a fixed rate, else when it was scheduled
+    (``now``; ``first`` if that is earlier). O(1)."""
+    when = plain(when)
+    if isinstance(when, FixedRate):
+        return first - when.period
+    return min(now, first)
+
+
+def slot_windows(plan: Plan, slots: list[Time]) -> dict[Time, Time]:
+    """Where each of ``slots`` (ascending, of the task's schedule, as :func:`slots_in`
+    gives them) begins its own window: at the slot before it; the first at the
+    schedule's slot before it (``FixedRate``: a period before; ``Cron``: its previous
+    instant, looked for up to :data:`BEFORE_MAX` back), or at itself if none is known.
+    O(len(slots)) plus one step back."""
+    if not slots:
+        return {}
+    when, first = plain(plan.schedule), slots[0]
+    before = first
+    if isinstance(when, FixedRate):
+        before = first - when.period
+    elif callable(getattr(when, "last_runs", None)):
+        found = when.last_runs(math.nextafter(first, -math.inf), 1, first - BEFORE_MAX)  # type: ignore[attr-defined]
+        before = found[-1] if found else first
+    return dict(zip(slots, [before, *slots], strict=False))
+
+
+BEFORE_MAX = 9 * 366 * 86400
+"""How far back :func:`slot_windows` looks for the slot before a backfill's first (a
+cron of 29 February runs every four years, or eight across a century's end)."""
+
+
 def check_stoppable(action: object) -> None:
     """``ValueError`` unless ``action`` can be stopped in the middle of a run, as
     ``Overlap.REPLACE`` needs: an ``async def`` function (its coroutine is cancelled,

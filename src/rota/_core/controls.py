@@ -39,6 +39,7 @@ from .types import (
     Skips,
     Status,
     Time,
+    slot_time,
 )  # fmt: skip
 from .validate import LIMIT
 
@@ -101,12 +102,15 @@ class Controls:
         if plan.replace and plan.inflight:
             return self._replace(task, plan, now, queued)
         run = _new_run(task, plan, queued)
+        own_slot = run.plan.moved  # type: ignore[union-attr]
         plan.inflight += 1
         plan.flying.append(run)
         if task.status is Status.SCHEDULED:
             move(task, Status.RUNNING)
         try:  # the task's next run, now: the cursor moves on at the claim
-            nxt = self._following(plan, now, -LIMIT)
+            nxt = self._following(
+                plan, now, -LIMIT, run.entry[0] if own_slot is None else own_slot
+            )
         except BaseException as exc:
             exc.add_note(f"rota: the schedule of task {task_id!r} failed; so did the task")
             run.action = raiser(exc)
@@ -295,7 +299,7 @@ class Controls:
         backlog = None if stepped else plan.backlog
         if backlog:
             while backlog and backlog[0] <= finished:
-                backlog.popleft()
+                plan.window = backlog.popleft()  # skipped: the next run's window begins there
                 count += 1
             if backlog:
                 nxt = backlog[0]
@@ -317,6 +321,7 @@ class Controls:
                 count += 1
                 nxt = cursor.next(finished)
             if nxt is not None:
+                plan.window = plan.slot  # the latest skipped
                 plan.slot = nxt
         _skip(plan, "overlap", count)
         return nxt
@@ -366,11 +371,13 @@ class Controls:
         done if its schedule ends first), and return False. A cursor that fails makes
         the claimed run fail with its error (see :meth:`_break`), and True."""
         count = 1
+        skipped = slot_time(0, None, run_at(task), plan.moved)
         try:
             while True:
-                nxt = self._following(plan, now, limit)
+                nxt = self._following(plan, now, limit, skipped)
                 if nxt is None or kept(nxt):
                     break
+                skipped = nxt
                 count += 1
         except BaseException as exc:
             self._break(task, exc)
@@ -383,16 +390,18 @@ class Controls:
         self._push_slot(task, plan, nxt)
         return False
 
-    def _following(self, plan: Plan, now: Time, limit: Time) -> Time | None:
-        """The run after a skipped one: the backlog's next, else the cursor's (every
-        slot that starts before ``limit`` even unjittered stepped over at once when
-        the cursor can ``skip``), within ``end`` and ``max_runs``; ``None`` if the
-        schedule ends. Raises what the cursor raises."""
+    def _following(self, plan: Plan, now: Time, limit: Time, before: Time) -> Time | None:
+        """The run after a skipped or claimed one of slot ``before``: the backlog's next,
+        else the cursor's (every slot that starts before ``limit`` even unjittered
+        stepped over at once when the cursor can ``skip``), within ``end`` and
+        ``max_runs``, its window set (``plan.window``); ``None`` if the schedule ends.
+        Raises what the cursor raises."""
         if plan.max_runs is not None and plan.runs >= plan.max_runs:
             return None
         backlog, cursor = plan.backlog, plan.cursor
         if backlog:
             nxt: Time | None = backlog.popleft()
+            plan.window = _window_after(plan, nxt, before)
             if not backlog:
                 plan.backlog = None
         elif cursor is None:
@@ -401,9 +410,10 @@ class Controls:
             skip = getattr(cursor, "skip", None)
             bound = limit - plan.jitter if plan.jitter else limit  # offsets are < jitter
             if skip is not None and plan.slot < bound:
-                skipped, tail = skip(bound, 1)
+                skipped, tail = skip(bound, 2)
                 if skipped and tail[-1] == limit:  # exactly at its deadline: in time
                     skipped -= 1
+                    plan.window = tail[-2] if len(tail) > 1 else plan.slot
                     plan.slot = tail[-1]
                     _skip(plan, "deadline", skipped)
                     return limit if plan.end is None or limit <= plan.end else None
@@ -413,6 +423,7 @@ class Controls:
             nxt = cursor.next(now)
             if nxt is not None:
                 nxt = _later(plan.slot, nxt, plan.slot)
+                plan.window = plan.slot
                 plan.slot = nxt
         if nxt is not None and plan.end is not None and nxt > plan.end:
             return None
@@ -432,7 +443,14 @@ class Controls:
                 _skip(plan, "calendar", skipped)
                 last = plan.cursor.last_skipped  # type: ignore[union-attr]
                 plan.last_skipped = None if last is None else (last[0], "calendar", last[1])
-            plan.moved = None if plan.extra_runs else plan.cursor.slot_of(at)  # type: ignore[union-attr]
+            if not plan.extra_runs:
+                cursor = plan.cursor
+                plan.moved = cursor.slot_of(at)  # type: ignore[union-attr]
+                since = cursor.window_of(at)  # type: ignore[union-attr]
+                if since is not None:  # the slot before the earliest the run stands for
+                    plan.window = since
+            else:
+                plan.moved = None
         if plan.jitter:
             plan.nominal = at
             due = at + jitter_offset(task_id, at, plan.jitter)
@@ -461,6 +479,13 @@ class Controls:
         due = run_at(task)
         if plan.schedule is None:  # a one-off with no options: keep showing its own time
             plan.schedule = Once(at=due)
+        # The trigger's run covers from the latest slot at or before now; the run it
+        # had keeps its window, waiting in the backlog.
+        slot = due if plan.moved is None else plan.moved
+        window = plan.window
+        if window is not None:
+            plan.ahead = {**(plan.ahead or {}), due: window}
+        plan.window = slot if slot <= now else now if window is None else window
         # The run it had waits in the backlog (jittered again, the same, when queued);
         # the trigger's own run is at now, unjittered, and extra: see Plan.extra_runs.
         plan.backlog = deque([due, *(plan.backlog or ())])
@@ -535,8 +560,9 @@ class Controls:
         else:
             plan.backlog = deque([slot, *(plan.backlog or ())])
         live = task.entry[1] != -1
+        window = plan.window  # the run decided again covers what it did
         plan.slot = -LIMIT  # the run may come earlier than the one it had
-        nxt = self._following(plan, slot, -LIMIT)
+        nxt = self._following(plan, slot, -LIMIT, slot)
         if nxt is None:  # (never: a schedule's held slot is decided to a run or skipped
             return  # and counted, and a one-off cannot skip)
         plan.slot = nxt
@@ -544,19 +570,30 @@ class Controls:
             task.entry = (task.entry[0], -1, task.entry[2])
             self.queue.discard()
         self._push_slot(task, plan, nxt, hold=not live)
+        plan.window = window
 
-    def backfill(self, task_id: Hashable, slots: list[Time], *, idle_only: bool = False) -> int:
+    def backfill(
+        self,
+        task_id: Hashable,
+        slots: list[Time],
+        *,
+        idle_only: bool = False,
+        windows: Mapping[Time, Time] | None = None,
+    ) -> int:
         """Queue extra runs of an unfinished task at ``slots`` (ascending), oldest first,
         ahead of its schedule's runs, which they do not move: its current run waits
         behind them, and a run in flight is followed by them. Extra runs are retried as
         any run, but meet no misfire policy or deadline and do not count toward
-        ``max_runs``. ``idle_only`` (``Overlap.SKIP``): nothing is queued while a run
-        of the task is in flight. Returns the number of runs queued. O(k + log n).
+        ``max_runs``. Each covers its own slot's window, from where ``windows`` (by
+        slot, :func:`~rota._core.checks.slot_windows`) says it begins. ``idle_only``
+        (``Overlap.SKIP``): nothing is queued while a run of the task is in flight.
+        Returns the number of runs queued. O(k + log n).
         """
         task = self._tasks.get(task_id)
         if task is None or not slots:
             return 0
         plan = _plan_of(task)
+        windows = windows or {}
         queued = set(plan.extras or ())  # a slot already queued is not queued twice
         if plan.extra_runs:
             queued.add(run_at(task))
@@ -573,10 +610,19 @@ class Controls:
             if idle_only:
                 return 0
             plan.extras = [*(plan.extras or ()), *slots]
+            plan.ahead = {
+                **(plan.ahead or {}),
+                **{slot: windows.get(slot, slot) for slot in slots},
+            }
             plan.extra = True
             return len(slots)
         parked = task.parked or (plan.concurrent and task.entry[1] == -1)
         due = run_at(task)
+        ahead = {**(plan.ahead or {}), **{slot: windows.get(slot, slot) for slot in slots[1:]}}
+        if plan.window is not None:
+            ahead[due] = plan.window
+        plan.ahead = ahead
+        plan.window = windows.get(slots[0], slots[0])
         plan.backlog = deque([*slots[1:], due, *(plan.backlog or ())])
         plan.attempt = 0
         plan.last_delay = None
@@ -602,6 +648,7 @@ def _new_run(task: Task, plan: Plan, queued: bool, *, counted: bool = True) -> R
     own = Plan(None, plan.max_retries, plan.retry, None, plan.priority)
     own.retry_on = plan.retry_on
     own.moved = plan.moved
+    own.window = plan.window
     own.extra = True  # complete() tells a run by it, then by its class
     if counted:
         if plan.skipped:  # reported on this run
@@ -692,6 +739,11 @@ def _take_extras(plan: Plan, nxt: Time | None) -> Time | None:
     if nxt is None or not extras:
         return nxt
     plan.backlog = deque([*extras[1:], nxt, *(plan.backlog or ())])
+    ahead = plan.ahead or {}
+    if plan.window is not None:
+        ahead[nxt] = plan.window
+    plan.window = ahead.pop(extras[0], extras[0])
+    plan.ahead = ahead
     plan.extra_runs += len(extras)
     plan.nominal = plan.moved = None
     return extras[0]
@@ -717,3 +769,15 @@ def _end_slot(plan: Plan) -> None:
     if plan.backlog:
         plan.backlog.popleft()
         plan.rescheduled = False
+    if plan.ahead is not None and not plan.backlog and not plan.extras:
+        plan.ahead = None  # (windows of runs a skip dropped)
+
+
+def _window_after(plan: Plan, at: Time | None, before: Time) -> Time:
+    """Where the window of the backlog's run at ``at`` begins, the run after one of
+    slot ``before``: where it was put ahead of the schedule (:attr:`Plan.ahead`:
+    an extra run, or the run one went ahead of), else at ``before``. O(1)."""
+    ahead = plan.ahead
+    if ahead is not None and at in ahead:
+        return ahead.pop(at)
+    return before

@@ -45,6 +45,7 @@ from .controls import (
     _skip,
     _skipped_by,
     _slot_over,
+    _window_after,
 )
 from .moves import Upcoming, upcoming
 from .policy import Cursor, Plan, RetryPolicy, doubling, jitter_offset
@@ -475,7 +476,9 @@ class Engine(Controls):
                         if nxt.__class__ not in PLAIN or not plan.slot < nxt <= LIMIT:
                             nxt = _later(plan.slot, nxt, finished)
                         plan.slot = nxt
-                if extra:
+                if extra:  # (its window first: skipping slots moves it on)
+                    slot = slot_time(attempt, plan.first_at, at, plan.moved)
+                    plan.window = _window_after(plan, nxt, slot) if backlog else slot
                     nxt = self._controlled(plan, nxt, started, finished, not backlog)
         except BaseException as exc:  # a policy failed: the task cannot go on
             exc.add_note(f"rota: a policy of task {entry[2]!r} failed; so did the task")
@@ -498,8 +501,10 @@ class Engine(Controls):
         )
         if extra:
             nxt = _slot_over(plan, nxt, started, finished, attempt)
-        elif attempt or plan.backlog:
-            _end_slot(plan)
+        else:  # the next run's window begins at this one's slot
+            plan.window = plan.first_at if attempt else at
+            if attempt or plan.backlog:
+                _end_slot(plan)
         if nxt is None:
             self._finish(task, DONE if error is None else FAILED)
         elif extra:  # (a paused task is one: its next run is parked)
@@ -626,6 +631,7 @@ class Engine(Controls):
         except BaseException as exc:
             self._break(task, exc)
             return True
+        last_due = plan.slot
         if nxt is not None:
             plan.slot = nxt
         if count == 1:  # late, not behind
@@ -648,6 +654,8 @@ class Engine(Controls):
         plan.backlog = deque(runs[1:]) or None
         if runs[0] == first:
             return True
+        if not due:  # none of the missed slots runs: the next run covers none of them
+            plan.window = last_due
         self._push_slot(task, plan, runs[0])
         return False
 

@@ -159,8 +159,9 @@ class CalendarCursor:
     but not final: a later slot may still merge them, ``[slot, at, merged,
     reason]``)."""
 
-    __slots__ = ("_ahead", "_carry", "_ended", "_inner", "_last", "_log", "_mark", "_moves",
-                 "_stack", "excluded", "last_skipped", "owner")  # fmt: skip
+    __slots__ = ("_ahead", "_carry", "_cover", "_ended", "_inner", "_last", "_log", "_mark",
+                 "_moves", "_prev", "_stack", "_window", "excluded", "last_skipped",
+                 "owner")  # fmt: skip
 
     def __init__(self, owner: Calendared, inner: Cursor, state: dict[str, Any] | None) -> None:
         self.owner = owner
@@ -169,11 +170,19 @@ class CalendarCursor:
         state = state or {}
         self._ahead: list[Time] = list(state.get("ahead", ()))
         self._ended: bool = state.get("ended", False)
-        self._stack: list[list[Any]] = [list(item) for item in state.get("stack", ())]
+        # (items stored before windows were kept have four fields: no window known)
+        self._stack: list[list[Any]] = [[*item, None][:5] for item in state.get("stack", ())]
         self._carry: int = state.get("carry", 0)
         self._last: Time = state.get("last", -math.inf)
         self._moves: dict[Time, Time] = dict(state.get("moves", ()))
         self.excluded: int = state.get("excluded", 0)
+        # Windows (docs/policies.md, "The window a run covers"): the schedule's slot
+        # before the next one decided; where the window of the run after slots that
+        # merge into it begins; the latest run given and where its window begins.
+        self._prev: Time | None = state.get("prev")
+        self._cover: Time | None = state.get("cover")
+        window = state.get("window")
+        self._window: tuple[Time, Time] | None = None if window is None else (window[0], window[1])
         # Where it was when it began deciding its latest run, if that began with an
         # excluded slot: upcoming() decides that run again from there, to list them.
         self._mark: dict[str, Any] | None = state.get("mark")
@@ -196,6 +205,9 @@ class CalendarCursor:
         ):  # fmt: skip
             if value:
                 state[key] = value
+        for name, kept in (("prev", self._prev), ("cover", self._cover), ("window", self._window)):
+            if kept is not None:  # (a time may be 0)
+                state[name] = list(kept) if isinstance(kept, tuple) else kept
         return state
 
     # -- what the engine asks --------------------------------------------------------
@@ -219,6 +231,13 @@ class CalendarCursor:
         """The slot of the run at ``at`` if the calendar moved it there (its key's
         time), else ``None``. O(1)."""
         return self._moves.get(at)
+
+    def window_of(self, at: Time) -> Time | None:
+        """Where the window of the run just given at ``at`` begins: the schedule's slot
+        before the earliest slot it stands for (merged slots too; a skipped one is
+        not covered); ``None`` if that is not known (its first slot). O(1)."""
+        window = self._window
+        return window[1] if window is not None and window[0] == at else None
 
     def next(self, now: Time) -> Time | None:
         """The next run's time, ``None`` when the schedule ends. Raises what the
@@ -290,28 +309,35 @@ class CalendarCursor:
         if first and (reason is not None or mode == "previous"):  # (a later slot may
             self._mark = self.state()  # merge into it there)
         del self._ahead[0]
+        since = self._prev if self._cover is None else self._cover
+        self._cover = None
         if reason is None:
             self._note("slot", slot, None)
-            return [slot, slot, 0, None]
+            self._prev = slot
+            return [slot, slot, 0, None, since]
         end = calendar.open_from(slot)
         if mode == "skip":
             count, last = self._cross(slot, end, reason)
             self._count(count, last, calendar.excluded_by(last))
+            self._prev = last
             return None
         moved = calendar.moved(slot, mode)
         if calendar.open_days(slot, end) and (  # windows and periods: all to one instant
             mode == "next" or calendar.moved(math.nextafter(end, -math.inf), mode) == moved
         ):
             count, last = self._cross(slot, end, reason)
-            return [last, moved, count - 1, calendar.excluded_by(last)]
+            self._prev = last
+            return [last, moved, count - 1, calendar.excluded_by(last), since]
         if mode == "next":
             crossed = self._cross_into(slot, end, reason)
             if crossed is not None:  # all merge into the slot at the stretch's end
                 count, last = crossed
                 self._count(count, last, calendar.excluded_by(last))
+                self._prev, self._cover = last, since
                 return None
         self._note("slot", slot, reason)
-        return [slot, moved, 0, reason]
+        self._prev = slot
+        return [slot, moved, 0, reason, since]
 
     def _cross(self, slot: Time, end: Time, reason: str) -> tuple[int, Time]:
         """Take the slots after ``slot`` (taken) up to the stretch's ``end``: at once
@@ -361,11 +387,14 @@ class CalendarCursor:
         on it when it runs."""
         item[2] += merged[2] + 1
         self.last_skipped = (merged[0], merged[3] or "calendar")
+        if merged[4] is not None and (item[4] is None or merged[4] < item[4]):
+            item[4] = merged[4]  # it covers what the merged run did
 
     def _emit(self, item: list[Any]) -> Time:
         """Make ``item`` the next run: its merged slots counted, its slot kept when
         moved."""
-        slot, at, merged, _reason = item
+        slot, at, merged, _reason, since = item
+        self._window = None if since is None else (at, since)
         self.excluded += merged
         if slot != at:
             moves = self._moves

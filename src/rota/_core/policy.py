@@ -92,6 +92,7 @@ class Plan:
     """
 
     __slots__ = (
+        "ahead",
         "attempt",
         "backlog",
         "concurrent",
@@ -128,6 +129,7 @@ class Plan:
         "skipped",
         "skips",
         "slot",
+        "window",
         "windows",
     )
 
@@ -152,6 +154,12 @@ class Plan:
         self.rescheduled = False  # rescheduled while running: that run is not retried
         self.slot: Time = -math.inf  # the latest time the cursor gave: the next must be later
         self.first_at: Time = 0  # the time of the current slot's first run, while it retries
+        # Where the current run's window begins (it ends at its slot): the slot of the
+        # schedule before the earliest it stands for (see docs/policies.md, "The window
+        # a run covers"); ahead: the windows of runs in the backlog that do not begin
+        # at the run before them (extra runs, and the run they went ahead of), by time.
+        self.window: Time | None = None
+        self.ahead: dict[Time, Time] | None = None
         self.retry_on: RetryOn | None = None  # None: every Exception is retried
         self.schedule: object = None  # what the task was scheduled with, for info()
         # The scheduling controls (docs/policies.md), a misfire policy and pause; a task

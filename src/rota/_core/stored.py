@@ -34,6 +34,7 @@ CONTROL_STATE = frozenset(
         "last_skipped",
         "extra_runs",
         "extras",
+        "ahead",
         "skips",
         "pending",
         "windows",
@@ -132,12 +133,15 @@ def plan_state(plan: Plan) -> dict[str, Any]:
         "skipped": plan.skipped,
         "rescheduled": plan.rescheduled,
     }
+    if plan.window is not None:  # (rows written before windows were kept have none)
+        state["window"] = plan.window
     if plan.extra or plan.skips:
         for key, value in (
             ("runs", plan.runs), ("nominal", plan.nominal), ("moved", plan.moved),
             ("last_skipped", None if plan.last_skipped is None else list(plan.last_skipped)),
             ("extra_runs", plan.extra_runs),
             ("extras", plan.extras), ("skips", plan.skips),
+            ("ahead", None if not plan.ahead else [[at, w] for at, w in plan.ahead.items()]),
             ("windows", None if not plan.windows else [list(w) for w in plan.windows]),
             ("pending", None if not plan.pending else spec_changes(plan.pending)),
             ("flying", None if not plan.flying else [run_state(r) for r in plan.flying]),
@@ -177,7 +181,9 @@ def plan_from_json(
     plan.rescheduled = state["rescheduled"]
     plan.slot = state["slot"]
     plan.first_at = state["first_at"]
-    if controlled or (len(state) > BASE_STATE and CONTROL_STATE.intersection(state)):
+    plan.window = state.get("window")
+    kept = len(state) - ("window" in state)  # (the window is not a control's)
+    if controlled or (kept > BASE_STATE and CONTROL_STATE.intersection(state)):
         _controls(plan, spec, state)
     elif paused:
         plan.extra = True  # (a misfire policy sets it when the plan is made)
@@ -195,6 +201,8 @@ def _controls(plan: Plan, spec: dict[str, Any], state: dict[str, Any]) -> None:
     plan.extra_runs = state.get("extra_runs", 0)
     plan.extras = state.get("extras")
     plan.skips = state.get("skips")
+    ahead = state.get("ahead")
+    plan.ahead = None if not ahead else dict(ahead)
     windows = state.get("windows")
     if windows:
         plan.windows = deque(((start, end) for start, end in windows), maxlen=WINDOWS)
@@ -289,10 +297,12 @@ class StoredEngine(Engine):
         assert plan is not None
         plan.flying = []
         alive = task.status not in FINISHED
-        for slot, at, status, attempt, first_at, last_delay, replaced, skipped, skips in runs:
+        for stored in runs:
+            slot, at, status, attempt, first_at, last_delay, replaced, skipped, skips = stored[:9]
             run = _new_run(task, plan, False, counted=False)
             own = run.plan
             assert own is not None
+            own.window = stored[9] if len(stored) > 9 else None  # (older rows: none kept)
             own.moved = slot if slot != at and not attempt else None
             own.attempt, own.first_at, own.last_delay = attempt, first_at, last_delay
             own.skipped, own.skips = skipped, skips

@@ -166,13 +166,13 @@ def run_slot(run: Task) -> Time:
 def run_state(run: Task) -> list[Any]:
     """A concurrent task's run as a store keeps it (JSON), for :meth:`Engine.adopt_runs`:
     slot, entry time, status, attempt, first attempt's time, last delay, replaced,
-    skips to report. O(1)."""
+    skips to report, where its window begins. O(1)."""
     own = run.plan
     assert own is not None
     replaced = isinstance(run, Run) and run.replaced
     return [
         run_slot(run), run.entry[0], str(run.status), own.attempt, own.first_at,
-        own.last_delay, replaced, own.skipped, own.skips,
+        own.last_delay, replaced, own.skipped, own.skips, own.window,
     ]  # fmt: skip
 
 

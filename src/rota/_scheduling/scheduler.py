@@ -17,6 +17,7 @@ from rota._core.checks import (
     check_end,
     check_retry,
     make_plan,
+    opening,
     task_plan,
     window,
 )
@@ -391,9 +392,10 @@ class Scheduler:
         control = (overlap, deadline, jitter, self._end(end), max_runs)
         plan = task_plan(when, *policies, control)
         admitted = self._table.admit(task_id, action, args, kwargs, plan)
-        cursor, first = self._first(when)
+        cursor, first = self._first(when, now := self._table.now())
         check_end(plan, first)
         plan.cursor = cursor
+        plan.window = opening(when, first, now)
         if not plan.extra:  # (a calendar's cursor goes through the controls)
             plan.extra = plan.uses_controls()
         return admitted, plan, first

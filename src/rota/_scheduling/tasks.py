@@ -21,7 +21,13 @@ from typing import Any, TypeVar
 
 from rota._core import validate as _validate
 from rota._core.calls import Bound, prepare
-from rota._core.checks import check_stoppable, slots_in, stoppable_action, updated_call
+from rota._core.checks import (
+    check_stoppable,
+    slot_windows,
+    slots_in,
+    stoppable_action,
+    updated_call,
+)
 from rota._core.engine import Engine
 from rota._core.events import OUTCOME_KINDS, Event, EventKind, Listener, deliver
 from rota._core.moves import Upcoming
@@ -518,7 +524,9 @@ class LocalTasks(Tasks):
             plan = engine.plan_of(task_id)
             if plan is None:
                 return 0
-            return engine.backfill(task_id, slots_in(plan, low, high), idle_only=idle_only)
+            slots = slots_in(plan, low, high)
+            windows = slot_windows(plan, slots)
+            return engine.backfill(task_id, slots, idle_only=idle_only, windows=windows)
 
         queued: int = self._change(queue, task_id)
         return queued

@@ -2,7 +2,8 @@
 
 The run's facts reach the command as environment variables (pinned in
 ``docs/cli.md``): ``ROTA_TASK_ID``, ``ROTA_SLOT`` (``repr(float)``),
-``ROTA_ATTEMPT``, ``ROTA_KEY``. A non-zero exit, a signal or the
+``ROTA_ATTEMPT``, ``ROTA_KEY``, ``ROTA_WINDOW_START``/``ROTA_WINDOW_END`` (the
+window the run covers, ``repr(float)``). A non-zero exit, a signal or the
 timeout fails the run (the whole group is killed on timeout); a command whose
 job is cancelled, or whose run ``overlap = "replace"`` replaces, is ended the
 same way (``RunCancelled``, not retried); a command the node's own shutdown
@@ -94,6 +95,7 @@ def run_command(
             if name in BASE_ENV or (isinstance(inherit, list) and name in inherit)
         }
     )
+    start = run.window_start
     environment = {
         **kept,
         **(env or {}),
@@ -101,6 +103,8 @@ def run_command(
         "ROTA_SLOT": repr(float(run.slot)),
         "ROTA_ATTEMPT": str(run.attempt),
         "ROTA_KEY": f"{run.task_id}@{float(run.slot)!r}",
+        "ROTA_WINDOW_START": repr(float(run.slot if start is None else start)),
+        "ROTA_WINDOW_END": repr(float(run.window_end)),
     }
     try:
         proc = subprocess.Popen(

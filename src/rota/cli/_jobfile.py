@@ -318,20 +318,21 @@ def _enqueue(
 ) -> tuple[str, None, dict[str, Any]]:
     """An ``enqueue`` job: ``{ TARGET = "task.name", queue = "...", broker = "NAME" }``,
     TARGET one of celery, rq, dramatiq, arq; the job's ``args``/``kwargs`` go to the
-    task. Its stored action is :data:`HANDOFF`, called with keyword arguments only.
-    ``broker`` defaults to the one ``[brokers]`` entry (or ``default``), and must be
-    declared there or in ``$ROTA_BROKER_<NAME>``."""
+    task (and with ``window = true`` the run's window, as the keyword arguments
+    ``window_start``/``window_end``). Its stored action is :data:`HANDOFF`, called
+    with keyword arguments only. ``broker`` defaults to the one ``[brokers]`` entry
+    (or ``default``), and must be declared there or in ``$ROTA_BROKER_<NAME>``."""
     from rota import handoff
 
     value, what = raw["enqueue"], key("enqueue")
     targets = [t for t in handoff.TARGETS if isinstance(value, dict) and t in value]
     if not isinstance(value, dict) or len(targets) != 1 or set(value) - {
-        *targets, "queue", "broker",
+        *targets, "queue", "broker", "window",
     }:  # fmt: skip
         raise JobFileError(
             f'{what}: a table like {{ celery = "proj.tasks.report", queue = "reports", '
             f'broker = "main" }} is required: one of {", ".join(handoff.TARGETS)}, and '
-            "optionally queue and broker"
+            "optionally queue, broker and window"
         )
     broker = value.get("broker", next(iter(brokers)) if len(brokers) == 1 else "default")
     try:
@@ -339,6 +340,7 @@ def _enqueue(
             targets[0], value[targets[0]], broker=broker, queue=value.get("queue"),
             args=_json(raw.get("args", []), key("args"), list) or [],
             kwargs=_json(raw.get("kwargs"), key("kwargs"), dict),
+            window=value.get("window", False),
         )  # fmt: skip
         handoff.broker_url(broker)
     except (TypeError, ValueError, handoff.HandoffError) as exc:

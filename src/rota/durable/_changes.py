@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from rota._core import codec as _codec
 from rota._core import validate as _validate
 from rota._core.calls import prepare
-from rota._core.checks import check_stoppable, slots_in, updated_call
+from rota._core.checks import check_stoppable, slot_windows, slots_in, updated_call
 from rota._core.events import Event, EventKind
 from rota._core.policy import Cursor, Plan, RetryPolicy, Schedule
 from rota._core.stored import plan_spec, spec_changes
@@ -335,8 +335,12 @@ class StoredChanges(Tasks):
         def operation(task: Held) -> bool:
             nonlocal queued
             assert task.plan is not None
-            slots = [slot for slot in slots_in(task.plan, low, high) if slot not in done]
-            queued = task.engine.backfill(task.task_id, slots, idle_only=idle_only)
+            every = slots_in(task.plan, low, high)
+            slots = [slot for slot in every if slot not in done]
+            windows = slot_windows(task.plan, every)
+            queued = task.engine.backfill(
+                task.task_id, slots, idle_only=idle_only, windows=windows
+            )
             return queued > 0
 
         self.apply(task_id, operation, None)
