@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rota import FixedRate, ManualClock, Misfire, RunContext, Scheduler
+from rota import FixedRate, ManualClock, Misfire, Overlap, RunContext, Runner, Scheduler
 from rota.calendars import Calendar
 from rota.cron import Cron
 from rota.durable import DurableScheduler
 from rota.retry import Backoff
 from rota.store import SQLiteStore
-from tests.helpers import AutoRegistering, make_store
+from tests.helpers import AutoRegistering, Collector, make_store
 
 START = 1_000_000.0
 
@@ -201,3 +201,39 @@ def test_runs_tile_time_or_cover_their_period_whatever_the_ticks(
     else:
         edges = [START - period] + [end for _, end in runs.windows()]
         assert [start for start, _ in runs.windows()] == edges[:-1]
+
+
+def test_the_last_skipped_slot_is_known_whatever_skipped_it(sched: Scheduler) -> None:
+    """``info().last_skipped``: ``(slot, reason, detail)`` for a misfire, a deadline, an
+    overlap's skip as for a calendar's, in memory and on every store."""
+    runs = Windows()
+    sched.schedule("m", FixedRate(10), runs, misfire=Misfire.COALESCE)
+    sched.schedule("s", FixedRate(10), runs, misfire=Misfire.SKIP)
+    sched.schedule("d", FixedRate(10), runs, deadline=5)
+    sched.schedule("n", FixedRate(10), runs)
+    ticks(sched, START)
+    assert sched.info("m").last_skipped is None  # type: ignore[union-attr]
+    ticks(sched, START + 47)
+    assert sched.info("m").last_skipped == (START + 30, "misfire", None)  # type: ignore[union-attr]
+    assert sched.info("s").last_skipped == (START + 40, "misfire", None)  # type: ignore[union-attr]
+    assert sched.info("d").last_skipped == (START + 40, "deadline", None)  # type: ignore[union-attr]
+    assert sched.info("n").last_skipped is None  # type: ignore[union-attr]
+
+
+def test_an_overlaps_skip_is_the_last_skipped_slot_and_not_covered(sched: Scheduler) -> None:
+    clock = sched.clock
+    runs = Windows()
+    seen = Collector()
+
+    def slow_first(at: float, *, run: RunContext) -> None:
+        runs(at, run=run)
+        if run.slot == START:
+            clock.advance(25)  # type: ignore[attr-defined]  # slots 10 and 20 fall due meanwhile
+
+    with Runner(sched, on_outcome=seen):
+        sched.schedule("o", FixedRate(10), slow_first, overlap=Overlap.SKIP)
+        seen.wait_for(1)
+        clock.set(START + 30)  # type: ignore[attr-defined]
+        seen.wait_for(2)
+    assert sched.info("o").last_skipped == (START + 20, "overlap", None)  # type: ignore[union-attr]
+    assert runs.windows() == [(START - 10, START), (START + 20, START + 30)]

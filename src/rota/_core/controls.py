@@ -323,7 +323,7 @@ class Controls:
             if nxt is not None:
                 plan.window = plan.slot  # the latest skipped
                 plan.slot = nxt
-        _skip(plan, "overlap", count)
+        _skip(plan, "overlap", count, plan.window)
         return nxt
 
     def _in_time(self, task: Task, plan: Plan, now: Time) -> bool:
@@ -382,7 +382,7 @@ class Controls:
         except BaseException as exc:
             self._break(task, exc)
             return True
-        _skip(plan, reason, count)
+        _skip(plan, reason, count, skipped if nxt is None else plan.window)
         if nxt is None:
             self._end(task, plan)
             return False
@@ -415,11 +415,11 @@ class Controls:
                     skipped -= 1
                     plan.window = tail[-2] if len(tail) > 1 else plan.slot
                     plan.slot = tail[-1]
-                    _skip(plan, "deadline", skipped)
+                    _skip(plan, "deadline", skipped, plan.window if skipped else None)
                     return limit if plan.end is None or limit <= plan.end else None
                 if skipped:
                     plan.slot = tail[-1]
-                    _skip(plan, "deadline", skipped)
+                    _skip(plan, "deadline", skipped, tail[-1])
             nxt = cursor.next(now)
             if nxt is not None:
                 nxt = _later(plan.slot, nxt, plan.slot)
@@ -678,8 +678,11 @@ def _overlaps(plan: Plan, at: Time) -> bool:
     return any(start < at <= end for start, end in windows)
 
 
-def _skip(plan: Plan, reason: str, count: int) -> None:
-    """Count ``count`` slots skipped for ``reason``, to report on the task's next run."""
+def _skip(plan: Plan, reason: str, count: int, latest: Time | None = None) -> None:
+    """Count ``count`` slots skipped for ``reason``, to report on the task's next run;
+    ``latest``, the latest of them, is the task's last skipped slot (``info()``)."""
+    if latest is not None:
+        plan.last_skipped = (latest, reason, None)
     plan.skipped += count
     skips = plan.skips
     if skips is None:

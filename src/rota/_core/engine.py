@@ -70,6 +70,7 @@ from .task import (
     raiser,
     reported,
     run_at,
+    run_slot,
     task_info,
 )
 from .types import (
@@ -401,7 +402,7 @@ class Engine(Controls):
             if task.replaced:  # REPLACE decided on it before it started: it never runs
                 parent = task.parent.plan
                 assert parent is not None
-                _skip(parent, "overlap", 1)
+                _skip(parent, "overlap", 1, run_slot(task))
                 self._landed(task, False)
                 return False
         move(task, RUNNING)
@@ -612,12 +613,14 @@ class Engine(Controls):
         if cursor is None:  # rescheduled to a one-off: nothing to skip
             return True
         first = run_at(task)
-        due: deque[Time] = deque([first], maxlen=plan.misfire)  # maxlen 0 keeps none
+        keep = plan.misfire or 0
+        # the due slots to run, and the latest skipped before them
+        due: deque[Time] = deque([first], maxlen=keep + 1)
         count = 1
         try:
             skip = getattr(cursor, "skip", None)
             if skip is not None:  # jump over the backlog (see Cursor.skip)
-                skipped, tail = skip(now, max(plan.misfire or 0, 1))
+                skipped, tail = skip(now, keep + 1)
                 if skipped:
                     count += skipped
                     due.extend(tail)
@@ -637,9 +640,9 @@ class Engine(Controls):
         if count == 1:  # late, not behind
             runs = [first]
         else:
-            runs = list(due)
+            runs = list(due)[-keep:] if keep else []
             if count > len(runs):
-                _skip(plan, "misfire", count - len(runs))
+                _skip(plan, "misfire", count - len(runs), due[0])
         if nxt is not None:
             runs.append(nxt)
         if plan.extra:  # no run past the end, nor beyond max_runs
@@ -654,7 +657,7 @@ class Engine(Controls):
         plan.backlog = deque(runs[1:]) or None
         if runs[0] == first:
             return True
-        if not due:  # none of the missed slots runs: the next run covers none of them
+        if not keep:  # none of the missed slots runs: the next run covers none of them
             plan.window = last_due
         self._push_slot(task, plan, runs[0])
         return False

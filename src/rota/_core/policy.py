@@ -173,7 +173,7 @@ class Plan:
         self.runs = 0  # slots of the schedule run so far (for max_runs)
         self.nominal: Time | None = None  # the current run's slot, when its entry is jittered
         self.moved: Time | None = None  # the current run's slot, when its calendar moved it
-        self.last_skipped: Any = None  # (slot, "calendar", detail): TaskInfo.last_skipped
+        self.last_skipped: Any = None  # (slot, reason, detail): TaskInfo.last_skipped
         # Extra runs (backfilled, triggered) go ahead of the schedule's: the current run
         # and the next extra_runs - 1 of the backlog are extra; extras wait for the run
         # in flight to end.

@@ -217,8 +217,8 @@ def task_info(
     for a retry), ``schedule`` the schedule it was given (``None``: one this
     process cannot read). A finished task shows only its status; a one-off shows the
     instant of its slot (``Once(at=...)``), not the delay it was given, which
-    meant something only when it was scheduled. ``skipped``: the latest slot its
-    calendar skipped (``TaskInfo.last_skipped``). O(1).
+    meant something only when it was scheduled. ``skipped``: the latest slot it
+    skipped (``TaskInfo.last_skipped``). O(1).
     """
     if status in FINISHED:
         return TaskInfo(task_id, status, False, None, None, 0, None)

@@ -262,8 +262,8 @@ class TaskInfo(NamedTuple):
     ``last_outcome`` its most recent :class:`RunOutcome` while it is
     unfinished (``None`` before its first run, and once it finished: only
     the final status of finished tasks is kept; keep outcomes with a
-    listener or ``on_outcome``); ``last_skipped`` the latest slot its
-    calendar skipped, ``(slot, "calendar", detail)``, or ``None``.
+    listener or ``on_outcome``); ``last_skipped`` the latest slot it
+    skipped, ``(slot, reason, detail)``, or ``None``.
 
     A snapshot taken under the scheduler's lock, O(1) to build.
     """
@@ -276,9 +276,12 @@ class TaskInfo(NamedTuple):
     attempt: int
     last_outcome: RunOutcome | None
     last_skipped: tuple[Time, str, str | None] | None = None
-    """The latest slot its calendar skipped (or merged into another run), as
-    ``(slot, "calendar", detail)`` (``detail``: ``"weekend"``, ``"holiday"``,
-    ``"window"``), or ``None``; decided when the run after it is."""
+    """The latest slot it skipped, as ``(slot, reason, detail)``: ``reason`` one of
+    ``skipped_by``'s (``"misfire"``, ``"overlap"``, ``"deadline"``, ``"calendar"``);
+    ``detail`` the calendar's reason (``"weekend"``, ``"holiday"``, ``"window"``)
+    for a slot its calendar skipped or merged into another run, else ``None``; or
+    ``None`` if it skipped none. Decided when the slot is (a calendar's: when the
+    run after it is)."""
 
 
 VALUE_CHARS = 4000
