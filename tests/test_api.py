@@ -30,6 +30,7 @@ ALLOWED = {
     "_scheduling/tasks.py": {"threading"},
     "_core/checks.py": {"datetime"},
     "_core/codec.py": {"datetime"},  # a stored time of day read back, never the clock
+    "_core/deps.py": {"datetime"},  # a freshness condition's timedelta, never the clock
     "_core/clock.py": {"threading", "datetime"},  # ManualClock wakes the runners waiting on it
     "_core/types.py": {"datetime"},
     "_core/validate.py": {"datetime"},

@@ -1,0 +1,75 @@
+"""Dependencies between tasks (issue 45, in progress): the condition as a value, what
+``after=`` takes, and the cycle check against a reachability oracle."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rota._core.deps import Upstream, cycle, cycle_text, upstreams
+
+
+def test_an_upstream_is_a_checked_immutable_value() -> None:
+    assert Upstream("import") == Upstream("import", within="slot")
+    assert Upstream("rates", timedelta(hours=1)).within == 3600
+    assert hash(Upstream("a", "window")) == hash(Upstream("a", "window"))
+    for value in (Upstream("a"), Upstream("a", "window"), Upstream("a", timedelta(minutes=5))):
+        assert Upstream.from_json(value.to_json()) == value
+    with pytest.raises(ValueError, match="within must be 'slot', 'window' or a timedelta"):
+        Upstream("a", "hour")
+    with pytest.raises(ValueError, match="positive timedelta"):
+        Upstream("a", timedelta(0))
+    with pytest.raises(TypeError, match="within must be"):
+        Upstream("a", 3600)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="task_id must be hashable"):
+        Upstream(["a"])  # type: ignore[arg-type]
+    with pytest.raises(AttributeError, match="immutable"):
+        Upstream("a").within = "window"
+
+
+def test_after_takes_an_id_an_upstream_or_a_list_of_them() -> None:
+    assert upstreams(None) == ()
+    assert upstreams("extract") == (Upstream("extract"),)
+    assert upstreams([Upstream("import", "window"), "rates"]) == (
+        Upstream("import", "window"),
+        Upstream("rates"),
+    )
+    with pytest.raises(ValueError, match="after names 'a' more than once"):
+        upstreams(["a", Upstream("a", "window")])
+    with pytest.raises(TypeError, match="after must be a task id"):
+        upstreams([3.5])
+
+
+def test_a_cycle_is_named_in_order() -> None:
+    edges = {"b": ["c"], "c": ["a"]}
+    path = cycle(edges, "a", ["b"])
+    assert path == ["a", "b", "c", "a"]
+    assert cycle_text(path) == "'a' -> 'b' -> 'c' -> 'a'"
+    assert cycle(edges, "a", []) is None
+    assert cycle({"a": ["b"]}, "a", ["a"]) == ["a", "a"]  # after itself
+    assert cycle({"a": ["b"], "b": ["a"]}, "c", ["a"]) is None  # not through c
+
+
+nodes = st.integers(0, 6)
+graphs = st.dictionaries(nodes, st.sets(nodes, max_size=3), max_size=7)
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs, nodes, st.sets(nodes, max_size=3))
+def test_cycles_against_reachability(edges: dict[int, set[int]], task: int, new: set[int]) -> None:
+    graph = {**edges, task: new}
+    seen, todo = set(), list(new)
+    while todo:  # what the task waits for, at any depth
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    path = cycle(edges, task, new)
+    assert (path is not None) == (task in seen)
+    if path is not None:
+        assert path[0] == path[-1] == task
+        assert all(b in graph.get(a, set()) for a, b in pairwise(path))
