@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rota._core.deps import Upstream, cycle, cycle_text, upstreams
+from rota._core.deps import RUN, Upstream, Verdict, cycle, cycle_text, upstreams, verdict
 
 
 def test_an_upstream_is_a_checked_immutable_value() -> None:
@@ -73,3 +73,54 @@ def test_cycles_against_reachability(edges: dict[int, set[int]], task: int, new:
     if path is not None:
         assert path[0] == path[-1] == task
         assert all(b in graph.get(a, set()) for a, b in pairwise(path))
+
+
+class Hourly:
+    """An upstream's record: hourly slots from 0, results by slot, its latest ok start."""
+
+    def __init__(self, results: dict[float, str], latest_ok: float | None = None) -> None:
+        self.results, self.ok = results, latest_ok
+
+    def slots(self, low: float, high: float) -> list[float]:
+        return [float(h * 3600) for h in range(48) if low <= h * 3600 < high]
+
+    def latest_slot(self, at: float) -> float | None:
+        return None if at < 0 else float(int(at // 3600) * 3600)
+
+    def result(self, slot: float) -> str | None:
+        return self.results.get(slot)
+
+    def latest_ok(self) -> float | None:
+        return self.ok
+
+
+DAY = (0.0, 86400.0)
+
+
+def test_a_slot_waits_runs_or_is_skipped_as_its_upstreams_say() -> None:
+    all_ok = Hourly({float(h * 3600): "ok" for h in range(24)}, latest_ok=80000)
+    half = Hourly({float(h * 3600): "ok" for h in range(12)})
+    failed = Hourly({**{float(h * 3600): "ok" for h in range(24)}, 7200.0: "failed"})
+    records = {"all": all_ok, "half": half, "failed": failed}
+
+    def record(task_id: object) -> Hourly | None:
+        return records.get(str(task_id))
+
+    window = [Upstream("all", "window")]
+    assert verdict(window, 86400, DAY, record) == RUN
+    waiting = verdict([Upstream("half", "window")], 86400, DAY, record)
+    assert waiting.kind == "wait"
+    assert waiting.waiting[0] == "half@43200.0"
+    assert len(waiting.waiting) == 12
+    assert verdict([Upstream("failed", "window")], 86400, DAY, record) == Verdict(
+        "skip", (), "failed@7200.0"
+    )
+    assert verdict([Upstream("half")], 7200, DAY, record) == RUN  # its 02:00 slot: ok
+    assert verdict([Upstream("half")], 50000, DAY, record).waiting == ("half@46800.0",)
+    assert verdict([Upstream("missing")], 7200, DAY, record).waiting == ("missing",)
+    fresh = Upstream("all", timedelta(hours=2))
+    assert verdict([fresh], 86400, DAY, record) == RUN  # ok at 80000 >= 86400 - 7200
+    assert verdict([fresh], 100000, DAY, record).waiting == ("all",)  # too old: waits
+    assert verdict([Upstream("half", timedelta(hours=1))], 10, DAY, record).waiting == ("half",)
+    both = verdict([Upstream("half", "window"), Upstream("failed", "window")], 86400, DAY, record)
+    assert both.kind == "skip"  # one that never holds skips the slot

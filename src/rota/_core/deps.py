@@ -5,9 +5,9 @@ and the graph question asked of every task's conditions (``docs/design.md``,
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -142,3 +142,80 @@ def cycle(edges: Mapping[K, Iterable[K]], task_id: K, new: Iterable[K]) -> list[
 def cycle_text(path: Sequence[Hashable]) -> str:
     """A cycle for people: ``'a' -> 'b' -> 'a'``."""
     return " -> ".join(repr(step) for step in path)
+
+
+class Record(Protocol):
+    """What a table knows of an upstream task, for :func:`verdict` (memory: the
+    engine's record of recent results; a store: its outcomes, one indexed read)."""
+
+    def slots(self, low: float, high: float) -> list[float]:
+        """The task's schedule's slots in ``[low, high)``, ascending."""
+        ...
+
+    def latest_slot(self, at: float) -> float | None:
+        """Its schedule's latest slot at or before ``at``, ``None`` if none."""
+        ...
+
+    def result(self, slot: float) -> str | None:
+        """How its run of ``slot`` ended for good: ``"ok"``, ``"failed"``,
+        ``"cancelled"``, ``"skipped"``; ``None`` while it has not (not yet run, or
+        retried)."""
+        ...
+
+    def latest_ok(self) -> float | None:
+        """When its latest ``ok`` run started, ``None`` if none did."""
+        ...
+
+
+class Verdict(NamedTuple):
+    """What a slot's upstream conditions say now: ``"run"``; ``"wait"`` with what it
+    waits for (``waiting``: ``"<task>@<slot>"`` keys, or a task id for freshness or
+    an upstream not scheduled yet); ``"skip"`` with the key that will never hold."""
+
+    kind: str
+    waiting: tuple[str, ...] = ()
+    skipped_for: str | None = None
+
+
+RUN = Verdict("run")
+
+
+def verdict(
+    conditions: Iterable[Upstream],
+    slot: float,
+    window: tuple[float, float],
+    record: Callable[[Hashable], Record | None],
+) -> Verdict:
+    """Whether a slot at ``slot`` covering ``window`` (``[start, end)``) may run under
+    ``conditions``, read from each upstream's ``record`` (``None``: not scheduled yet:
+    it waits). All must hold: the first that never will skips the slot; else those
+    that do not hold yet make it wait. The one rule of every table. O(upstream slots
+    in the window)."""
+    waiting: list[str] = []
+    for condition in conditions:
+        key = str(condition.task_id)
+        seen = record(condition.task_id)
+        if seen is None:
+            waiting.append(key)
+            continue
+        within = condition.within
+        if not isinstance(within, str):  # freshness: waits, never skips
+            started = seen.latest_ok()
+            if started is None or started < slot - within:
+                waiting.append(key)
+            continue
+        if within == "slot":
+            latest = seen.latest_slot(slot)
+            wanted = [] if latest is None else [latest]
+            if latest is None:
+                waiting.append(key)
+        else:
+            wanted = seen.slots(*window)
+        for upstream_slot in wanted:
+            result = seen.result(upstream_slot)
+            slot_key = f"{key}@{upstream_slot!r}"
+            if result is None:
+                waiting.append(slot_key)
+            elif result != "ok":
+                return Verdict("skip", (), slot_key)
+    return Verdict("wait", tuple(waiting)) if waiting else RUN
