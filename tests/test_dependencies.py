@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -124,3 +125,28 @@ def test_a_slot_waits_runs_or_is_skipped_as_its_upstreams_say() -> None:
     assert verdict([Upstream("half", timedelta(hours=1))], 10, DAY, record).waiting == ("half",)
     both = verdict([Upstream("half", "window"), Upstream("failed", "window")], 86400, DAY, record)
     assert both.kind == "skip"  # one that never holds skips the slot
+
+
+def test_a_job_files_after_reads_ids_and_tables(tmp_path: Path) -> None:
+    from rota.cli._jobfile import load
+    from rota.cli._values import JobFileError
+
+    jobs = tmp_path / "jobs.toml"
+    head = '[[jobs]]\nid = "report"\ncron = "0 6 * * *"\ncommand = "true"\n'
+    jobs.write_text(
+        head
+        + 'after = [{ job = "import", within = "window" }, { job = "rates", within = "1h" }]\n'
+    )
+    (job,) = load(jobs, imports=False)
+    assert job.after == (Upstream("import", "window"), Upstream("rates", timedelta(hours=1)))
+    jobs.write_text(head + 'after = ["import"]\n')
+    assert load(jobs, imports=False)[0].after == (Upstream("import"),)
+    for bad, words in (
+        ('after = [{ job = "a", within = "soon" }]', "within: 'soon' is not a duration"),
+        ("after = [3]", "3 is not a job id or"),
+        ('after = ["a", "a"]', "after names 'a' more than once"),
+        ('after = [{ task = "a" }]', "is not a job id or"),
+    ):
+        jobs.write_text(head + bad + "\n")
+        with pytest.raises(JobFileError, match=f"job 'report': key 'after'.*{words}"):
+            load(jobs, imports=False)

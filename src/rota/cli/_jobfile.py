@@ -15,11 +15,12 @@ import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
 from rota._core import validate as _validate
+from rota._core.deps import Upstream, upstreams
 from rota._core.policy import Schedule
 from rota.calendars import AnyOf, Calendar
 from rota.durable import json_value, resolve_path
@@ -39,10 +40,10 @@ JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
      "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
      "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue", "log_output",
-     "business_day", "calendar", "on_excluded"}
+     "business_day", "calendar", "on_excluded", "after"}
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue",
-                           "business_day", "calendar", "on_excluded"}  # fmt: skip
+                           "business_day", "calendar", "on_excluded", "after"}  # fmt: skip
 HANDOFF = "rota.handoff:publish"
 """The stored action of ``enqueue`` jobs (see :mod:`rota.handoff`)."""
 RECURRING_KEYS = frozenset({"misfire", "overlap", "end", "max_runs"})
@@ -72,6 +73,7 @@ class Job:
     jitter: float | None = None
     end: datetime | None = None
     max_runs: int | None = None
+    after: tuple[Upstream, ...] = ()
 
     @property
     def zone_name(self) -> str | None:
@@ -423,7 +425,35 @@ def _job(
         if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 1:
             raise JobFileError(f"{key('max_runs')}: {max_runs!r} is not an int >= 1")
         job.max_runs = max_runs
+    if "after" in raw:
+        job.after = _after(raw["after"], key("after"))
     return job
+
+
+def _after(value: object, what: str) -> tuple[Upstream, ...]:
+    """``after``: a job id, or a list of ids and ``{ job = "id", within = "slot" |
+    "window" | DURATION }`` tables (all must hold)."""
+    items = value if isinstance(value, list) else [value]
+    found: list[Upstream] = []
+    for item in items:
+        if isinstance(item, str) and item:
+            found.append(Upstream(item))
+        elif isinstance(item, dict) and set(item) <= {"job", "within"} and "job" in item:
+            job, within = item["job"], item.get("within", "slot")
+            if not isinstance(job, str) or not job:
+                raise JobFileError(f"{what}: job = {job!r} is not a job id")
+            if within not in ("slot", "window"):
+                within = timedelta(seconds=duration(within, f"{what}: within"))
+            found.append(Upstream(job, within))
+        else:
+            raise JobFileError(
+                f'{what}: {item!r} is not a job id or {{ job = "id", within = "slot" | '
+                '"window" | DURATION }'
+            )
+    try:
+        return upstreams(found)
+    except ValueError as exc:
+        raise JobFileError(f"{what}: {exc}") from None
 
 
 def _schedule(
