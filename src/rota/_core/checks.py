@@ -17,13 +17,14 @@ from rota.schedules import FixedDelay, FixedRate, Once
 
 from . import validate as _validate
 from .calls import Bound, prepare
+from .deps import upstreams
 from .moves import plain
 from .policy import Cursor, Plan, RetryOn, RetryPolicy
 from .types import Time
 
 UPDATABLE = (
     "max_retries", "retry", "retry_on", "misfire", "overlap", "deadline", "jitter",
-    "priority", "calendar", "on_excluded", "args", "kwargs",
+    "priority", "calendar", "on_excluded", "args", "kwargs", "after",
 )  # fmt: skip
 """The options :meth:`Scheduler.update` changes in place."""
 
@@ -190,6 +191,8 @@ def changes(options: Mapping[str, Any]) -> dict[str, object]:
             found[attribute] = getattr(probe, attribute)
     if "overlap" in options:  # the whole policy: one of them, or several runs at once
         found.update({name: getattr(probe, name) for name in OVERLAP_ATTRIBUTES})
+    if "after" in options:
+        found["after"] = upstreams(options["after"]) or None
     return found
 
 
@@ -262,32 +265,9 @@ def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
     any other schedule (no slots to name: ``Once``, ``FixedDelay``) and for more
     than :data:`BACKFILL_MAX` slots. O(slots).
     """
-    when, cursor = plain(plan.schedule), getattr(plan.cursor, "inner", plan.cursor)
-    slots: list[Time] = []
-    if isinstance(when, FixedRate):
-        first = getattr(cursor, "first", when.start_at)
-        if first is None:
-            raise ValueError(f"the task's schedule {when!r} has ended: it has no slots left")
-        period = when.period
-        k = math.ceil((start - first) / period)
-        while first + (k - 1) * period >= start:  # float division may round either way
-            k -= 1
-        while first + k * period < start:
-            k += 1
-        while (at := first + k * period) < end:
-            slots.append(at)
-            k += 1
-            if len(slots) > BACKFILL_MAX:
-                break
-    elif callable(getattr(when, "next_after", None)):
-        at = when.next_after(start - 1)  # type: ignore[attr-defined]
-        while at < end:
-            if at >= start:
-                slots.append(at)
-                if len(slots) > BACKFILL_MAX:
-                    break
-            at = when.next_after(at)  # type: ignore[attr-defined]
-    else:
+    when = plain(plan.schedule)
+    slots = grid(plan, start, end, BACKFILL_MAX + 1)
+    if slots is None:
         raise ValueError(
             f"backfill needs a schedule of slots (FixedRate, Cron, or one with "
             f"next_after(t)), not {when!r}"
@@ -305,6 +285,38 @@ def slots_in(plan: Plan, start: Time, end: Time) -> list[Time]:
     return [slot for slot in slots if slot < plan.slot and slot not in live]
 
 
+def grid(plan: Plan, start: Time, end: Time, most: int) -> list[Time] | None:
+    """The slots of a task's schedule in ``[start, end)``, ascending, at most ``most``
+    (``FixedRate``: on the task's own grid; ``Cron``, or any schedule with
+    ``next_after(t)``: its instants); ``None`` for a schedule whose slots cannot be
+    named (``Once``, ``FixedDelay``). Raises ``ValueError`` for a fixed rate that has
+    ended. O(slots)."""
+    when, cursor = plain(plan.schedule), getattr(plan.cursor, "inner", plan.cursor)
+    slots: list[Time] = []
+    if isinstance(when, FixedRate):
+        first = getattr(cursor, "first", when.start_at)
+        if first is None:
+            raise ValueError(f"the task's schedule {when!r} has ended: it has no slots left")
+        period = when.period
+        k = math.ceil((start - first) / period)
+        while first + (k - 1) * period >= start:  # float division may round either way
+            k -= 1
+        while first + k * period < start:
+            k += 1
+        while (at := first + k * period) < end and len(slots) < most:
+            slots.append(at)
+            k += 1
+        return slots
+    if not callable(getattr(when, "next_after", None)):
+        return None
+    at = when.next_after(start - 1)  # type: ignore[attr-defined]
+    while at < end and len(slots) < most:
+        if at >= start:
+            slots.append(at)
+        at = when.next_after(at)  # type: ignore[attr-defined]
+    return slots
+
+
 def opening(when: object, first: Time, now: Time) -> Time:
     """Where the window of a task's first run begins (docs/policies.md, "The window a
     run covers"): one period before it on a fixed rate, else when it was scheduled
@@ -318,24 +330,39 @@ def opening(when: object, first: Time, now: Time) -> Time:
 def slot_windows(plan: Plan, slots: list[Time]) -> dict[Time, Time]:
     """Where each of ``slots`` (ascending, of the task's schedule, as :func:`slots_in`
     gives them) begins its own window: at the slot before it; the first at the
-    schedule's slot before it (``FixedRate``: a period before; ``Cron``: its previous
-    instant, looked for up to :data:`BEFORE_MAX` back), or at itself if none is known.
+    schedule's slot before it (:func:`latest_slot`), or at itself if none is known.
     O(len(slots)) plus one step back."""
     if not slots:
         return {}
-    when, first = plain(plan.schedule), slots[0]
-    before = first
+    before = latest_slot(plan, math.nextafter(slots[0], -math.inf))
+    return dict(zip(slots, [slots[0] if before is None else before, *slots], strict=False))
+
+
+def latest_slot(plan: Plan, at: Time) -> Time | None:
+    """The latest slot of a task's schedule at or before ``at``: ``FixedRate`` on its
+    grid, ``Cron`` its previous instant (looked for up to :data:`BEFORE_MAX` back);
+    ``None`` for none, or a schedule whose slots cannot be named. O(1), or a cron's
+    step back."""
+    when, cursor = plain(plan.schedule), getattr(plan.cursor, "inner", plan.cursor)
     if isinstance(when, FixedRate):
-        before = first - when.period
-    elif callable(getattr(when, "last_runs", None)):
-        found = when.last_runs(math.nextafter(first, -math.inf), 1, first - BEFORE_MAX)  # type: ignore[attr-defined]
-        before = found[-1] if found else first
-    return dict(zip(slots, [before, *slots], strict=False))
+        first = getattr(cursor, "first", when.start_at)
+        if first is None:
+            return None
+        k = math.floor((at - first) / when.period)
+        while first + (k + 1) * when.period <= at:  # float division may round either way
+            k += 1
+        while first + k * when.period > at:
+            k -= 1
+        return first + k * when.period
+    if callable(getattr(when, "last_runs", None)):
+        found = when.last_runs(at, 1, at - BEFORE_MAX)  # type: ignore[attr-defined]
+        return found[-1] if found else None
+    return None
 
 
 BEFORE_MAX = 9 * 366 * 86400
-"""How far back :func:`slot_windows` looks for the slot before a backfill's first (a
-cron of 29 February runs every four years, or eight across a century's end)."""
+"""How far back :func:`latest_slot` looks for a cron's previous instant (a cron of 29
+February runs every four years, or eight across a century's end)."""
 
 
 def check_stoppable(action: object) -> None:

@@ -58,6 +58,8 @@ class Controls:
     stops: list[Run]
     # The engine's own decisions these defer to
     claim: Callable[..., Task | None]
+    _upstream_holds: Callable[[Task, Plan, Time], bool]
+    rewatch: Callable[[Hashable, Plan, Mapping[str, object]], None]
     _break: Callable[[Task, BaseException], None]
     _finish: Callable[[Task, Status], None]
     _misfire: Callable[[Task, Plan, Time], bool]
@@ -80,7 +82,9 @@ class Controls:
             return None
         if plan.overlap_skip and plan.windows and not self._apart(task, plan, now):
             return None
-        if plan.deadline is not None and not self._in_time(task, plan, now):
+        if plan.deadline is not None and not plan.waiting and not self._in_time(task, plan, now):
+            return None  # (a waiting run's deadline is its upstreams': see Waits)
+        if plan.after and not plan.attempt and not self._upstream_holds(task, plan, now):
             return None
         if plan.concurrent:
             return self._run_of(task, plan, now, queued)
@@ -494,8 +498,12 @@ class Controls:
         plan.nominal = plan.moved = None
         plan.extra_runs += 1
         plan.extra = True
+        plan.triggered = bool(plan.after)  # a trigger's run does not wait for its upstreams
+        plan.waiting = None
+        live = task.entry[1] != -1  # (a waiting run's may be parked outside the queue)
         task.entry = self.queue.push(now, task_id, plan.priority)
-        self.queue.discard()  # the old entry, as in reschedule
+        if live:
+            self.queue.discard()  # the old entry, as in reschedule
         return True
 
     def update(
@@ -511,11 +519,13 @@ class Controls:
         task = self._tasks.get(task_id)
         if task is None:
             return False
+        plan = _plan_of(task)
+        if "after" in found or "concurrent" in found:  # (refused before anything changes)
+            self.rewatch(task_id, plan, found)
         if action is not None:
             task.action = action
         if not found:
             return True
-        plan = _plan_of(task)
         if found.get("concurrent"):
             check_concurrent(overlap_changed(found), plan.schedule)
         if plan.concurrent and "concurrent" in found and plan.inflight:

@@ -87,6 +87,7 @@ from .types import (
     slot_time,
 )  # fmt: skip
 from .validate import LIMIT, PLAIN, time_from
+from .waits import ENDS, Results, Waits
 
 HISTORY = 10_000
 """Finished tasks whose status stays queryable; the oldest is forgotten first.
@@ -96,7 +97,7 @@ The contract promises at least 10,000."""
 _new_outcome = tuple.__new__
 
 
-class Engine(Controls):
+class Engine(Controls, Waits):
     """Task table + run queue + finished-task history, driven by ``now``.
 
     ``retry`` is the default retry policy; ``None`` is the contract's
@@ -107,7 +108,9 @@ class Engine(Controls):
     """
 
     # (the table, the queue and the runs of concurrent tasks are Controls' slots)
-    __slots__ = ("_backoff", "_history", "_history_limit", "_retry", "_strays")
+    __slots__ = (
+        "_backoff", "_dependants", "_history", "_history_limit", "_results", "_retry", "_strays",
+    )  # fmt: skip
 
     follow_moves = True
     """Whether a claim whose misfire policy moved its run goes on to claim in time order
@@ -129,6 +132,9 @@ class Engine(Controls):
         # under a key of their own (_Waiting), so a claim needs no second queue.
         self._waiting = 0
         self.stops: list[Run] = []  # runs REPLACE decided to stop, for the scheduler to signal
+        # Upstream ids -> the tasks that wait for them; how their runs ended (see Waits)
+        self._dependants: dict[Hashable, set[Hashable]] = {}
+        self._results: dict[Hashable, Results] = {}
 
     # -- queries ---------------------------------------------------------
 
@@ -246,6 +252,8 @@ class Engine(Controls):
         if plan is None:
             task.entry = self.queue.push(at, task_id)
         else:
+            if plan.after:
+                self.watch(task_id, plan.after)
             plan.slot = at
             if plan.extra:
                 task.entry = (at, -1, task_id)  # gives _push_slot the id
@@ -439,6 +447,8 @@ class Engine(Controls):
                 RunOutcome,
                 (entry[2], entry[0], result, error, 0, started, 0, value, NO_SKIPS, 0),
             )
+            if self._dependants and entry[2] in self._dependants:
+                self.upstream_ended(entry[2], entry[0], ENDS[result], started)
             if task.status is not CANCELLED:
                 self._finish(task, DONE if error is None else FAILED)
             return outcome
@@ -515,6 +525,9 @@ class Engine(Controls):
             new = self.queue.push(nxt, entry[2], plan.priority)
             move(task, SCHEDULED)
             task.entry = new
+        if self._dependants and entry[2] in self._dependants:  # someone waits for it
+            slot = slot_time(attempt, plan.first_at, at, plan.moved)
+            self.upstream_ended(entry[2], slot, ENDS[result], started)
         return outcome
 
     def _record(
@@ -709,6 +722,9 @@ class Engine(Controls):
             self._remember_past_collisions(task_id, status)
         if len(history) > self._history_limit:
             history.popitem(last=False)
+        if self._dependants:  # its waits end; the runs waiting for its slots are decided
+            self.unwatch(task_id, None if task.plan is None else task.plan.after)
+            self.wake(task_id)
 
     def _drop_by_identity(self, task: Task) -> None:
         """Remove ``task`` from the table without comparing ids (their ``__eq__`` raised)."""

@@ -92,6 +92,7 @@ class Plan:
     """
 
     __slots__ = (
+        "after",
         "ahead",
         "attempt",
         "backlog",
@@ -116,6 +117,7 @@ class Plan:
         "misfire",
         "moved",
         "nominal",
+        "origin",
         "overlap_skip",
         "paused",
         "pending",
@@ -129,6 +131,8 @@ class Plan:
         "skipped",
         "skips",
         "slot",
+        "triggered",
+        "waiting",
         "window",
         "windows",
     )
@@ -191,6 +195,12 @@ class Plan:
         self.held = False  # REPLACE: the next run waits for the stopped one to end
         self.ended: Any = None  # the schedule ended while runs were in flight: their end
         self.windows: deque[tuple[Time, Time]] | None = None  # Overlap.SKIP: runs' spans
+        # after=: the upstream conditions its slots wait for (rota._core.deps.Upstream);
+        # what its current run waits for (upstream keys); its current run is a trigger's
+        self.after: tuple[Any, ...] | None = None
+        self.origin: Time | None = None  # its first slot: none of its schedule's before
+        self.waiting: tuple[str, ...] | None = None
+        self.triggered = False
 
     def uses_controls(self) -> bool:
         """Whether any scheduling control is set, or a misfire policy, or a pause (what
@@ -208,6 +218,7 @@ class Plan:
             or self.extras
             or self.pending
             or self.concurrent
+            or self.after
             or _calendared(self.cursor)
         )
 

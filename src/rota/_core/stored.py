@@ -17,13 +17,14 @@ from typing import Any
 from . import codec
 from .checks import OVERLAP_ATTRIBUTES, overlap_of, set_overlap
 from .controls import WINDOWS, _new_run
+from .deps import Upstream
 from .engine import Engine
 from .moves import calendar_spec, plain
 from .policy import Plan, RetryPolicy, Schedule
 from .task import SCHEDULED, Run, Task, _Waiting, run_slot, run_state
 from .types import FINISHED, UNFINISHED, Status, Time
 
-CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs"})
+CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs", "after"})
 """The spec keys of the scheduling controls, stored only when set (rows written
 before them, or by tasks that use none, have none)."""
 CONTROL_STATE = frozenset(
@@ -35,6 +36,8 @@ CONTROL_STATE = frozenset(
         "extra_runs",
         "extras",
         "ahead",
+        "waiting",
+        "triggered",
         "skips",
         "pending",
         "windows",
@@ -76,6 +79,8 @@ def plan_spec(plan: Plan, retry: RetryPolicy | None, backoff: Time) -> dict[str,
         ("calendar", calendar_spec(plan.schedule)),
         ("overlap", codec.overlap_spec(overlap_of(plan))), ("deadline", plan.deadline),
         ("jitter", plan.jitter), ("end", plan.end), ("max_runs", plan.max_runs),
+        ("after", None if not plan.after else [u.to_json() for u in plan.after]),
+        ("origin", plan.origin),
     ):  # fmt: skip
         if value is not None:
             spec[key] = value
@@ -102,6 +107,8 @@ def spec_changes(found: dict[str, object]) -> dict[str, Any]:
             fragment["retry"] = codec.retry_spec(value, 1)  # type: ignore[arg-type]
         elif name == "retry_on":
             fragment["retry_on"] = codec.retry_on_spec(value)
+        elif name == "after":
+            fragment["after"] = None if not value else [u.to_json() for u in value]  # type: ignore[attr-defined]
         elif name == "schedule":  # under another calendar (or none)
             fragment["schedule"] = codec.schedule_spec(plain(value))
             fragment["calendar"] = calendar_spec(value)
@@ -146,6 +153,8 @@ def plan_state(plan: Plan) -> dict[str, Any]:
             ("pending", None if not plan.pending else spec_changes(plan.pending)),
             ("flying", None if not plan.flying else [run_state(r) for r in plan.flying]),
             ("held", plan.held), ("ended", None if plan.ended is None else str(plan.ended)),
+            ("waiting", None if not plan.waiting else list(plan.waiting)),
+            ("triggered", plan.triggered),
         ):  # fmt: skip
             if value:
                 state[key] = value
@@ -182,6 +191,7 @@ def plan_from_json(
     plan.slot = state["slot"]
     plan.first_at = state["first_at"]
     plan.window = state.get("window")
+    plan.origin = spec.get("origin")
     kept = len(state) - ("window" in state)  # (the window is not a control's)
     if controlled or (kept > BASE_STATE and CONTROL_STATE.intersection(state)):
         _controls(plan, spec, state)
@@ -212,6 +222,9 @@ def _controls(plan: Plan, spec: dict[str, Any], state: dict[str, Any]) -> None:
         _apply_spec(probe, pending)
         plan.pending = {name: getattr(probe, name) for name in _attributes(pending)}
     plan.held = state.get("held", False)
+    waiting = state.get("waiting")
+    plan.waiting = None if not waiting else tuple(waiting)
+    plan.triggered = state.get("triggered", False)
     ended = state.get("ended")
     plan.ended = None if ended is None else Status(ended)
     plan.extra = plan.uses_controls()
@@ -230,6 +243,8 @@ def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
             plan.retry_on = codec.retry_on_from(value)
         elif key in ("misfire", "deadline", "jitter", "end", "max_runs", "priority"):
             setattr(plan, key, value)
+        elif key == "after":
+            plan.after = None if not value else tuple(Upstream.from_json(u) for u in value)
         elif key == "schedule" and "calendar" in spec:  # a change of calendar, waiting
             plan.schedule = codec.calendared_from(codec.schedule_from(value), spec["calendar"])
 

@@ -195,8 +195,8 @@ def _info(task: Task) -> TaskInfo:
         plan.attempt, plan.first_at, at if plan.nominal is None else plan.nominal, plan.moved
     )
     return task_info(
-        task.entry[2], task.status, plan.paused, at, plan.schedule, plan.attempt, slot, task.last,
-        plan.last_skipped,
+        task.entry[2], task.status, plan.paused, at if plan.waiting is None else run_at(task),
+        plan.schedule, plan.attempt, slot, task.last, plan.last_skipped, plan.waiting,
     )  # fmt: skip
 
 
@@ -210,6 +210,7 @@ def task_info(
     slot: Time,
     last: RunOutcome | None,
     skipped: tuple[Time, str, str | None] | None = None,
+    waiting: tuple[str, ...] | list[str] | None = None,
 ) -> TaskInfo:
     """What :meth:`Scheduler.info` shows of a task, wherever it lives: the one rule.
 
@@ -218,14 +219,16 @@ def task_info(
     process cannot read). A finished task shows only its status; a one-off shows the
     instant of its slot (``Once(at=...)``), not the delay it was given, which
     meant something only when it was scheduled. ``skipped``: the latest slot it
-    skipped (``TaskInfo.last_skipped``). O(1).
+    skipped (``TaskInfo.last_skipped``); ``waiting``: what its run waits for. O(1).
     """
     if status in FINISHED:
         return TaskInfo(task_id, status, False, None, None, 0, None)
     if type(schedule) is Once and schedule.at is None:
         schedule = Once(at=slot)
     nxt = due if status is SCHEDULED and not paused else None
-    return TaskInfo(task_id, status, paused, nxt, schedule, attempt, last, skipped)
+    return TaskInfo(
+        task_id, status, paused, nxt, schedule, attempt, last, skipped, tuple(waiting or ())
+    )
 
 
 def _plan_of(task: Task) -> Plan:

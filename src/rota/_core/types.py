@@ -277,11 +277,16 @@ class TaskInfo(NamedTuple):
     last_outcome: RunOutcome | None
     last_skipped: tuple[Time, str, str | None] | None = None
     """The latest slot it skipped, as ``(slot, reason, detail)``: ``reason`` one of
-    ``skipped_by``'s (``"misfire"``, ``"overlap"``, ``"deadline"``, ``"calendar"``);
-    ``detail`` the calendar's reason (``"weekend"``, ``"holiday"``, ``"window"``)
-    for a slot its calendar skipped or merged into another run, else ``None``; or
-    ``None`` if it skipped none. Decided when the slot is (a calendar's: when the
-    run after it is)."""
+    ``skipped_by``'s (``"misfire"``, ``"overlap"``, ``"deadline"``, ``"calendar"``,
+    ``"upstream"``); ``detail`` the calendar's reason (``"weekend"``,
+    ``"holiday"``, ``"window"``) for a slot its calendar skipped or merged into
+    another run, the upstream key that never held (``"import@<slot>"``) for an
+    upstream's, else ``None``; or ``None`` if it skipped none. Decided when the
+    slot is (a calendar's: when the run after it is)."""
+    waiting_for: tuple[str, ...] = ()
+    """What its current run waits for (``after=``): upstream keys
+    ``"<task>@<slot>"``, or an upstream's id (a freshness condition, or one not
+    scheduled yet); empty when it does not wait."""
 
 
 VALUE_CHARS = 4000

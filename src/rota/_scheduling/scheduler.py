@@ -21,18 +21,21 @@ from rota._core.checks import (
     task_plan,
     window,
 )
+from rota._core.deps import upstreams
 from rota._core.engine import Engine
 from rota._core.events import EventKind, Listener
 from rota._core.moves import UPCOMING_MAX, Upcoming, calendared, kept_calendar, recalendared
-from rota._core.policy import Cursor, Plan, RetryOn, RetryPolicy, Schedule
+from rota._core.policy import Plan, RetryOn, RetryPolicy, Schedule
 from rota._core.types import RunOutcome, Status, TaskInfo, Time
 from rota._core.validate import LIMIT, PLAIN, time_from
+from rota._core.waits import check_after
 from rota.calendars import Calendar
 from rota.misfire import Misfire
 from rota.overlap import Overlap
 from rota.schedules import FixedRate, Once
 from rota.store import OutcomeRow
 
+from .first import first_run
 from .reads import Entry
 from .tasks import LocalTasks, Tasks
 
@@ -43,9 +46,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 _NEG_LIMIT = -LIMIT
 EPOCH_CLOCKS = (time.time,)
 MONOTONIC_CLOCKS = (time.monotonic, time.perf_counter)
-EPOCH_SUSPECT = 10 * 365 * 86_400
-"""On a monotonic clock, an absolute time this far ahead is taken for an epoch time
-given by mistake (``Once(at=time.time() + 60)``): refused with a clear error."""
 _UNSET: Any = object()
 
 
@@ -62,30 +62,20 @@ class TaskOptions(TypedDict, total=False):
     jitter: Time | timedelta | None
     calendar: Calendar | None
     on_excluded: str
+    after: Any
 
 
 _ONCE_OPTIONS = frozenset(TaskOptions.__annotations__)
 
 
-def _cursor(when: object, now: Time) -> Cursor:
-    """Start a schedule's cursor, checking that ``when`` is a schedule."""
-    start = getattr(when, "start", None)
-    if not callable(start):
-        raise TypeError(f"when must be a schedule (with a start(now) method), got {when!r}")
-    cursor = start(now)
-    if not callable(getattr(cursor, "next", None)):
-        raise TypeError(f"{when!r}.start() must return a cursor with next(now), got {cursor!r}")
-    return cursor  # type: ignore[no-any-return]
-
-
 _JOB_DEFAULTS: dict[str, Any] = {
     "args": None, "kwargs": None, "max_retries": 0, "retry": None, "retry_on": None,
     "misfire": None, "priority": 0, "overlap": None, "deadline": None, "jitter": None,
-    "end": None, "max_runs": None, "calendar": None, "on_excluded": "skip",
+    "end": None, "max_runs": None, "calendar": None, "on_excluded": "skip", "after": None,
 }  # fmt: skip
 """What :meth:`Scheduler.job` passes on, as :meth:`Scheduler.schedule` takes it."""
 _POLICIES = ("max_retries", "retry", "retry_on", "misfire", "priority")
-_CONTROLS = ("overlap", "deadline", "jitter", "end", "max_runs")
+_CONTROLS = ("overlap", "deadline", "jitter", "end", "max_runs", "after")
 
 
 class Scheduler:
@@ -259,6 +249,7 @@ class Scheduler:
         max_runs: int | None = None,
         calendar: Calendar | None = None,
         on_excluded: str = "skip",
+        after: Any = None,
     ) -> bool:
         """Run ``action`` at slots ``first + k * period``, ``first = clock() + initial_delay``.
 
@@ -301,6 +292,7 @@ class Scheduler:
             max_runs=max_runs,
             calendar=calendar,
             on_excluded=on_excluded,
+            after=after,
         )
 
     def schedule(
@@ -324,6 +316,7 @@ class Scheduler:
         max_runs: int | None = None,
         calendar: Calendar | None = None,
         on_excluded: str = "skip",
+        after: Any = None,
     ) -> bool:
         """Run ``action`` when ``when`` says: any :mod:`rota.schedules` schedule.
 
@@ -349,6 +342,13 @@ class Scheduler:
         (``"next"``, ``"previous"``), keeping its slot's key (``docs/policies.md``,
         "Business calendars"). A one-off takes only ``"next"`` or ``"previous"``.
 
+        ``after`` (a task id, a :class:`~rota.Upstream`, or a list of them) makes each
+        slot wait until its upstream tasks' runs ended ``ok`` (``docs/policies.md``,
+        "Dependencies"): a waiting slot shows in ``info().waiting_for``, and is
+        skipped (``skipped_by["upstream"]``) if an upstream slot it needs fails for
+        good, or its deadline or its task's next slot comes first. ``ValueError`` for
+        a cycle (naming it), or with ``Overlap.allow(n)``/``REPLACE``.
+
         Schedules that name instants (``Cron``, ``Once(at=datetime)``,
         ``FixedRate(start=datetime)``) need an epoch clock: on a monotonic one
         (the default, ``time.monotonic``) they raise ``ValueError``, as does
@@ -368,7 +368,7 @@ class Scheduler:
         admitted, plan, first = self._admit(
             task_id, calendared(when, calendar, on_excluded), action, args, kwargs,
             (max_retries, retry, retry_on, misfire, priority),
-            (overlap, deadline, jitter, end, max_runs),
+            (overlap, deadline, jitter, end, max_runs, after),
         )  # fmt: skip
         return self._table.add(task_id, first, admitted, plan, replace_existing)
 
@@ -380,22 +380,23 @@ class Scheduler:
         args: Any,
         kwargs: Any,
         policies: tuple[Any, Any, Any, Any, Any],
-        control: tuple[Any, Any, Any, Any, Any],
+        control: tuple[Any, Any, Any, Any, Any, Any],
     ) -> tuple[Any, Plan, Time]:
         """Check a new task's arguments (the one sequence, :func:`rota._core.checks.task_plan`,
         then what its table needs) and bind its schedule: its action as the table
         keeps it, its plan and its first run time. ``policies`` is ``(max_retries,
         retry, retry_on, misfire, priority)``, ``control`` ``(overlap, deadline,
-        jitter, end, max_runs)``. Raises what :meth:`schedule` documents."""
+        jitter, end, max_runs, after)``. Raises what :meth:`schedule` documents."""
         _validate.hashable("task_id", task_id)
-        overlap, deadline, jitter, end, max_runs = control
-        control = (overlap, deadline, jitter, self._end(end), max_runs)
-        plan = task_plan(when, *policies, control)
+        overlap, deadline, jitter, end, max_runs, after = control
+        plan = task_plan(when, *policies, (overlap, deadline, jitter, self._end(end), max_runs))
+        plan.after = self._after(task_id, after, plan)
         admitted = self._table.admit(task_id, action, args, kwargs, plan)
-        cursor, first = self._first(when, now := self._table.now())
+        cursor, first = first_run(when, now := self._table.now(), self._epoch)
         check_end(plan, first)
         plan.cursor = cursor
         plan.window = opening(when, first, now)
+        plan.origin = first
         if not plan.extra:  # (a calendar's cursor goes through the controls)
             plan.extra = plan.uses_controls()
         return admitted, plan, first
@@ -441,6 +442,21 @@ class Scheduler:
 
         return register
 
+    def _after(self, task_id: Hashable, after: object, plan: Plan) -> Any:
+        """The upstream conditions ``after`` names for a task (``None``: none), checked
+        against every other task's (:func:`~rota._core.waits.check_after`: a cycle is
+        a ``ValueError`` naming it) and its overlap policy."""
+        found = upstreams(after)
+        if not found:
+            return None
+        if plan.concurrent:
+            raise ValueError(
+                f"after= does not go with Overlap.allow(n) or Overlap.REPLACE (task {task_id!r}):"
+                " a task that waits for others runs its slots one at a time"
+            )
+        check_after(self._table.edges(), task_id, found)
+        return found
+
     def _end(self, end: Time | datetime | None) -> Time | datetime | None:
         """``end`` as given, refused (``ValueError``) as a datetime on a monotonic clock."""
         if isinstance(end, datetime) and self._epoch is False:
@@ -456,40 +472,6 @@ class Scheduler:
         if not _NEG_LIMIT <= at <= LIMIT:
             raise ValueError(f"delay {delay!r} puts the run past the largest time, at {at!r}")
         return at
-
-    def _first(self, when: Schedule, now: Time | None = None) -> tuple[Cursor | None, Time]:
-        """Bind ``when`` to a new task: its cursor (``None`` for a one-off) and first run.
-
-        Raises ``TypeError`` for a ``when`` that is not a schedule or a first
-        time that is not a number, ``ValueError`` for no first time, one that
-        is not finite, or a schedule that needs an epoch clock on a
-        monotonic one; what the schedule itself raises propagates.
-        """
-        if now is None:
-            now = self._table.now()
-        if self._epoch is False and getattr(when, "epoch", False):
-            raise ValueError(
-                f"{when!r} runs at wall-clock instants, but this scheduler's clock is "
-                "monotonic: use Scheduler(clock=time.time)"
-            )
-        if isinstance(when, Once):
-            cursor, first = None, time_from(f"{when!r}", when.first(now))
-        else:
-            cursor = _cursor(when, now)
-            nxt = cursor.next(now)
-            if nxt is None:
-                raise ValueError(f"when has no run time: {when!r}")
-            first = time_from(f"{when!r}: the first run time", nxt)
-        absolute = (  # Once(at=...) or FixedRate(start=...): a number naming an instant
-            getattr(when, "at", None) is not None or getattr(when, "start_at", None) is not None
-        )
-        if self._epoch is False and absolute and first - now > EPOCH_SUSPECT:
-            raise ValueError(
-                f"{when!r} first runs at {first!r}, more than ten years after now ({now!r}) on "
-                "this monotonic clock: an epoch time? Use Scheduler(clock=time.time) for "
-                "wall-clock times"
-            )
-        return cursor, first
 
     def pause(self, task_id: Hashable) -> bool:
         """Keep a task from running until :meth:`resume`.
@@ -540,7 +522,8 @@ class Scheduler:
         not a finite number. Nothing changes when it raises.
         """
         info = self._table.info(task_id)
-        cursor, first = self._first(when := kept_calendar(when, info and info.schedule))
+        when = kept_calendar(when, info and info.schedule)
+        cursor, first = first_run(when, self._table.now(), self._epoch)
         return self._table.reschedule(task_id, when, cursor, first)
 
     def trigger(self, task_id: Hashable) -> bool:
@@ -579,6 +562,8 @@ class Scheduler:
         raises.
         """
         found = changes(options)
+        if found.get("after"):
+            check_after(self._table.edges(), task_id, found["after"])  # type: ignore[arg-type]
         if "calendar" in options or "on_excluded" in options:
             info = self._table.info(task_id)
             found["schedule"] = recalendared(options, info and info.schedule)

@@ -265,6 +265,11 @@ class Tasks(ABC):
         """The unfinished tasks, paged as :meth:`Scheduler.tasks` says."""
 
     @abstractmethod
+    def edges(self) -> dict[Hashable, list[Hashable]]:
+        """Every unfinished task's upstream ids (``after=``), for the cycle check: task
+        -> the tasks it waits for."""
+
+    @abstractmethod
     def upcoming(self, task_id: Hashable, n: int) -> list[Upcoming]:
         """The task's next ``n`` slots (:meth:`Scheduler.upcoming`): by the engine's one
         rule, :meth:`rota._core.engine.Engine.upcoming`."""
@@ -553,6 +558,10 @@ class LocalTasks(Tasks):
     def next_time(self) -> Time | None:
         """The earliest live run's time. O(1) amortised."""
         return self.locked(self.engine.next_time)
+
+    def edges(self) -> dict[Hashable, list[Hashable]]:
+        """From the engine, under the lock: O(tasks with ``after``)."""
+        return self.locked(self.engine.edges)
 
     def upcoming(self, task_id: Hashable, n: int) -> list[Upcoming]:
         """From the engine, under the lock: O(n) decisions on a copy of its cursor."""

@@ -183,6 +183,8 @@ class StoredChanges(Tasks):
         def ensure(old: TaskRow | None) -> Change[bool]:
             if old is None:
                 return Change(True, row=row, requeued=True)
+            if "origin" in old.spec:  # its first slot is the task's, not this declaration's
+                row.spec = {**row.spec, "origin": old.spec["origin"]}
             if old.status in FINISHED:
                 if owner is None or (old.action == row.action and old.spec == row.spec):
                     return Change(False)

@@ -57,6 +57,14 @@ class StoredReads(StoredChanges):
         left short)."""
         return [self.info_of(row, last) for row, last in self.page(after, limit, True)]
 
+    def edges(self) -> dict[Hashable, list[Hashable]]:
+        """From every unfinished stored task's spec: one query, linear in the rows."""
+        return {
+            row.task_id: [upstream[0] for upstream in row.spec["after"]]
+            for row in self._store.rows()
+            if row.spec.get("after") and row.status not in FINISHED
+        }
+
     def page(
         self, after: str | None, limit: int | None, unfinished: bool
     ) -> list[tuple[TaskRow, OutcomeRow | None]]:
@@ -102,7 +110,7 @@ class StoredReads(StoredChanges):
         return task_info(
             row.task_id, status, row.paused, due, schedule, row.state.get("attempt", 0),
             row.due if row.unreadable else slot_of(row), outcome,
-            None if skipped is None else tuple(skipped),
+            None if skipped is None else tuple(skipped), row.state.get("waiting"),
         )  # fmt: skip
 
     # -- the read half

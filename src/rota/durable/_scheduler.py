@@ -198,6 +198,7 @@ class DurableScheduler(Scheduler):
         max_runs: int | None = None,
         calendar: Calendar | None = None,
         on_excluded: str = "skip",
+        after: Any = None,
     ) -> bool:
         r"""Make sure a task exists as declared: for tasks declared at every start-up.
 
@@ -217,7 +218,7 @@ class DurableScheduler(Scheduler):
         declaration changed (a job cancelled, or :meth:`remove`\ d, then edited
         or declared again); with the same declaration it stays finished.
 
-        ``calendar``/``on_excluded`` are :meth:`schedule`'s; a declaration with
+        ``calendar``/``on_excluded`` and ``after`` are :meth:`schedule`'s; a declaration with
         another calendar is another declaration (its next run decided again).
 
         ``zone`` (an IANA name, ``"Europe/Berlin"``) is the zone the task's
@@ -227,7 +228,7 @@ class DurableScheduler(Scheduler):
         admitted, plan, first = self._admit(
             task_id, calendared(when, calendar, on_excluded), action, args, kwargs,
             (max_retries, retry, retry_on, misfire, priority),
-            (overlap, deadline, jitter, end, max_runs),
+            (overlap, deadline, jitter, end, max_runs, after),
         )  # fmt: skip
         row = self._stored.row(task_id, first, admitted, plan)
         for name, value in (("owner", owner), ("zone", zone)):
