@@ -45,7 +45,8 @@ def test_all_is_exactly_the_public_names() -> None:
          "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Overlap",
          "Result",
          "RetryPolicy", "RunCancelled", "RunContext", "RunOutcome", "Runner", "Schedule",
-         "Scheduler", "Stats", "StatsSnapshot", "Status", "TaskInfo", "Tasks", "Upcoming"]
+         "Scheduler", "Stats", "StatsSnapshot", "Status", "TaskInfo", "Tasks", "Upcoming",
+         "Upstream"]
     )  # fmt: skip
     public = {name for name in dir(rota) if not name.startswith("_")}
     assert public - PUBLIC_MODULES == set(rota.__all__)

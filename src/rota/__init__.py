@@ -20,8 +20,8 @@ import typing as _typing
 
 from rota._core.calls import RunContext
 from rota._core.clock import ManualClock
-from rota._core.events import Event, EventKind
 from rota._core.deps import Upstream
+from rota._core.events import Event, EventKind
 from rota._core.moves import Upcoming
 from rota._core.types import Result, RunCancelled, RunOutcome, Status, TaskInfo
 from rota._runners.stats import Stats, StatsSnapshot

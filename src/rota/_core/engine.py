@@ -723,8 +723,7 @@ class Engine(Controls, Waits):
         if len(history) > self._history_limit:
             history.popitem(last=False)
         if self._dependants:  # its waits end; the runs waiting for its slots are decided
-            self.unwatch(task_id, None if task.plan is None else task.plan.after)
-            self.wake(task_id)
+            self.gone(task_id, task.plan)
 
     def _drop_by_identity(self, task: Task) -> None:
         """Remove ``task`` from the table without comparing ids (their ``__eq__`` raised)."""

@@ -37,11 +37,12 @@ class Results:
     """What the engine keeps of one upstream task's runs: how each of its latest
     :data:`KEPT` slots ended, and when its latest ``ok`` run started. O(1) a run."""
 
-    __slots__ = ("ends", "ok_started")
+    __slots__ = ("ends", "ok_started", "plan")
 
     def __init__(self) -> None:
         self.ends: OrderedDict[Time, str] = OrderedDict()
         self.ok_started: Time | None = None
+        self.plan: Plan | None = None  # once it finished: its schedule's slots are known
 
     def add(self, slot: Time, result: str, started: Time) -> None:
         """The run of ``slot`` ended ``result`` (``"ok"``, ``"failed"``, ...)."""
@@ -182,7 +183,7 @@ class Waits:
         if task is None:
             if self.status(task_id) is None and not kept.ends:
                 return None
-            return TaskRecord(kept.ends, kept.ok_started, None, None, finished=True)
+            return TaskRecord(kept.ends, kept.ok_started, kept.plan, None, finished=True)
         plan = task.plan
         at = run_at(task)
         if plan is None:
@@ -196,6 +197,15 @@ class Waits:
             current = max(pending, default=current)
             pending.append(slot_time(plan.attempt, plan.first_at, at, plan.moved))
         return TaskRecord(kept.ends, kept.ok_started, plan, current, pending)
+
+    def gone(self, task_id: Hashable, plan: Plan | None) -> None:
+        """Task ``task_id`` finished: it waits no more, and the runs that wait for its
+        slots are decided again (those it will never run skip them)."""
+        self.unwatch(task_id, None if plan is None else plan.after)
+        kept = self._results.get(task_id)
+        if kept is not None:
+            kept.plan = plan
+        self.wake(task_id)
 
     def upstream_ended(self, task_id: Hashable, slot: Time, result: str, started: Time) -> None:
         """A run of ``task_id`` (an upstream of some task) ended for good: keep how,
@@ -231,14 +241,15 @@ class Waits:
     def _upstream_holds(self, task: Task, plan: Plan, now: Time) -> bool:
         """Whether a claimed run's upstream conditions hold: it runs. One that waits is
         parked until the first of its deadline and its task's next slot (or until an
-        upstream's run ends: :meth:`wake`); one that never holds, or whose time ran
-        out, is skipped and counted (``upstream``), the run after it queued in its
-        place. A trigger's run does not wait. A record that cannot be read fails the
-        run with its error."""
+        upstream's run ends: :meth:`wake`), queued at that time even when it is past,
+        so the runs due before it are decided first (an upstream's among them); one
+        that never holds, or whose time ran out, is skipped and counted
+        (``upstream``), the run after it queued in its place. A trigger's run does
+        not wait. A record that cannot be read fails the run with its error."""
         if plan.triggered:
             plan.triggered = False
             return True
-        at = run_at(task)
+        at, decided = run_at(task), task.entry[0]  # (decided: where the claim is, in time)
         slot = slot_time(0, None, at, plan.moved)
         window = (slot if plan.window is None else plan.window, slot)
         assert plan.after is not None
@@ -254,7 +265,7 @@ class Waits:
         detail = found.skipped_for
         if found.kind == "wait":
             until = self._wait_until(task, plan, slot, now)
-            if until is None or until > now:
+            if until is None or until > decided:  # decided again there, in time order
                 plan.waiting = found.waiting
                 plan.nominal = at  # its own time, while its entry says when to look again
                 if until is None:

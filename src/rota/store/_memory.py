@@ -19,6 +19,7 @@ from ._base import (
     OutcomeRow,
     StoreBase,
     TaskRow,
+    ended_rows,
     run_order,
 )
 
@@ -229,6 +230,13 @@ class MemoryStore(StoreBase):
                 o.slot for o in self._outcomes.values()
                 if o.task_id == task_id and start <= o.slot < end
             }  # fmt: skip
+
+    def ended(self, task_id: str, start: Time, end: Time) -> tuple[dict[Time, str], Time | None]:
+        """See :meth:`rota.store.Store.ended`. O(outcomes)."""
+        with self._lock:
+            found = [(o.slot, o.result, o.started) for o in self._outcomes.values()
+                     if o.task_id == task_id and o.result != "retry"]  # fmt: skip
+        return ended_rows(found, start, end)
 
     def beat(self, node: str, now: Time, lease: Time) -> None:
         """See :meth:`rota.store.Store.beat`."""

@@ -48,6 +48,8 @@ from ._base import (
     actions_sql,
     ahead,
     claimed_rows,
+    ended_rows,
+    ended_sql,
     logger,
     outcome_from,
     redacted,
@@ -720,6 +722,15 @@ class PostgresStore(StoreBase):
             ).fetchall()
         )
         return {_time(slot) for (slot,) in found}
+
+    def ended(self, task_id: str, start: Time, end: Time) -> tuple[dict[Time, str], Time | None]:
+        """See :meth:`rota.store.Store.ended`: one query over the task's index range."""
+        found = self._retrying(
+            lambda db: db.execute(
+                ended_sql(self._p, "%s"), (task_id, _num(start), _num(end), task_id)
+            ).fetchall()
+        )
+        return ended_rows([(_time(s), r, _time(t)) for s, r, t in found], start, end)
 
     def recent(self, task_ids: Sequence[str], per_task: int) -> dict[str, list[OutcomeRow]]:
         """See :meth:`rota.store.Store.recent`: one query, an index range per task

@@ -43,6 +43,8 @@ from ._base import (
     actions_sql,
     ahead,
     claimed_rows,
+    ended_rows,
+    ended_sql,
     logger,
     outcome_from,
     run_values,
@@ -607,6 +609,11 @@ class SQLiteStore(StoreBase):
             (task_id, start, end),
         )
         return {slot for (slot,) in found.fetchall()}
+
+    def ended(self, task_id: str, start: Time, end: Time) -> tuple[dict[Time, str], Time | None]:
+        """See :meth:`rota.store.Store.ended`: one query over the task's index range."""
+        found = self._db().execute(ended_sql(self._p, "?"), (task_id, start, end, task_id))
+        return ended_rows(found.fetchall(), start, end)
 
     def beat(self, node: str, now: Time, lease: Time) -> None:
         """See :meth:`rota.store.Store.beat`."""
