@@ -12,12 +12,13 @@ plan gains (a control, a calendar) is stored by adding it here; a store's rows
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from . import codec
 from .checks import OVERLAP_ATTRIBUTES, overlap_of, set_overlap
 from .controls import WINDOWS, _new_run
-from .deps import Upstream
+from .deps import Record, Upstream
 from .engine import Engine
 from .moves import calendar_spec, plain
 from .policy import Plan, RetryPolicy, Schedule
@@ -80,7 +81,6 @@ def plan_spec(plan: Plan, retry: RetryPolicy | None, backoff: Time) -> dict[str,
         ("overlap", codec.overlap_spec(overlap_of(plan))), ("deadline", plan.deadline),
         ("jitter", plan.jitter), ("end", plan.end), ("max_runs", plan.max_runs),
         ("after", None if not plan.after else [u.to_json() for u in plan.after]),
-        ("origin", plan.origin),
     ):  # fmt: skip
         if value is not None:
             spec[key] = value
@@ -265,9 +265,16 @@ class StoredEngine(Engine):
     that run later, in its order with other tasks' runs). What only storage needs is
     here; :class:`~rota._core.engine.Engine` has none of it."""
 
-    __slots__ = ()
+    __slots__ = ("reader",)
 
     follow_moves = False
+    reader: Callable[[Hashable], Record | None]
+
+    def record(self, task_id: Hashable) -> Record | None:
+        """What the store knows of upstream ``task_id`` (:attr:`reader`, set by the
+        store's table: its row and outcomes), for a slot's ``after`` conditions."""
+        reader = getattr(self, "reader", None)
+        return None if reader is None else reader(task_id)
 
     def reset(self) -> None:
         """Forget every task, as a new engine with these settings knows none: a store's

@@ -14,6 +14,7 @@ engine; a store: its outcomes).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
@@ -55,14 +56,20 @@ class Results:
             self.ok_started = started
 
 
+Ended = Callable[[Time, Time], tuple[Mapping[Time, str], Time | None]]
+"""A store's read of how a task's slots in ``[low, high)`` ended, and when its latest
+``ok`` run started (:meth:`rota.store.Store.ended`)."""
+
+
 class TaskRecord:
     """A :class:`~rota._core.deps.Record` of one upstream task, from how its slots
-    ended (``ends``), its plan (its schedule's slots), the slots it has yet to run
-    (``pending``: its current run's and those queued ahead; from ``current`` on,
-    every slot is to come) and whether it is finished (then a slot it did not end
-    never will: ``"removed"``). Made for one decision; O(1) to make."""
+    ended (``ends``, or read by ``fetch`` for the slots asked about: a store's), its
+    plan (its schedule's slots), the slots it has yet to run (``pending``: its current
+    run's and those queued ahead; from ``current`` on, every slot is to come) and
+    whether it is finished (then a slot it did not end never will: ``"removed"``).
+    Made for one decision; O(1) to make, plus a read per range asked of a store."""
 
-    __slots__ = ("current", "ends", "finished", "ok_started", "pending", "plan")
+    __slots__ = ("current", "ends", "fetch", "finished", "ok_started", "pending", "plan", "read")
 
     def __init__(
         self,
@@ -72,11 +79,20 @@ class TaskRecord:
         current: Time | None,
         pending: Iterable[Time] = (),
         finished: bool = False,
+        fetch: Ended | None = None,
     ) -> None:
         self.ends, self.ok_started, self.plan = ends, ok_started, plan
         self.current, self.pending, self.finished = current, set(pending), finished
+        self.fetch, self.read = fetch, False
+
+    def _load(self, low: float, high: float) -> None:
+        """Read the ends of ``[low, high)`` (a store's record; once per range)."""
+        if self.fetch is not None:
+            ends, self.ok_started = self.fetch(low, high)
+            self.ends, self.read = {**self.ends, **ends}, True
 
     def slots(self, low: float, high: float) -> list[float]:
+        self._load(low, high)
         known = {*self.ends, *self.pending, *(() if self.current is None else [self.current])}
         found = None if self.plan is None else grid(self.plan, low, high, KEPT)
         if found is not None:  # its schedule's from its first on, and the extra it ran
@@ -94,6 +110,8 @@ class TaskRecord:
         return max(earlier) if earlier else None
 
     def result(self, slot: float) -> str | None:
+        if self.fetch is not None and slot not in self.ends:
+            self._load(slot, math.nextafter(slot, math.inf))
         ended = self.ends.get(slot)
         if ended is not None:
             return ended
@@ -104,6 +122,8 @@ class TaskRecord:
         return "skipped"  # passed, with no run
 
     def latest_ok(self) -> float | None:
+        if not self.read:
+            self._load(0, 0)
         return self.ok_started
 
 
@@ -184,19 +204,7 @@ class Waits:
             if self.status(task_id) is None and not kept.ends:
                 return None
             return TaskRecord(kept.ends, kept.ok_started, kept.plan, None, finished=True)
-        plan = task.plan
-        at = run_at(task)
-        if plan is None:
-            return TaskRecord(kept.ends, kept.ok_started, None, at)
-        current = slot_time(plan.attempt, plan.first_at, at, plan.moved)
-        pending = [*(plan.backlog or ()), *(plan.extras or ())]
-        if plan.flying:
-            pending += [slot_time(r.plan.attempt, r.plan.first_at, r.entry[0], r.plan.moved)
-                        for r in plan.flying]  # fmt: skip
-        if plan.extra_runs:  # its current run is an extra one: the schedule's is later
-            current = max(pending, default=current)
-            pending.append(slot_time(plan.attempt, plan.first_at, at, plan.moved))
-        return TaskRecord(kept.ends, kept.ok_started, plan, current, pending)
+        return record_of(task, kept.ends, kept.ok_started)
 
     def gone(self, task_id: Hashable, plan: Plan | None) -> None:
         """Task ``task_id`` finished: it waits no more, and the runs that wait for its
@@ -298,6 +306,27 @@ class Waits:
                 plan.backlog = deque([nxt])
                 limits.append(nxt)
         return min(limits) if limits else None
+
+
+def record_of(
+    task: Task, ends: Mapping[Time, str], ok_started: Time | None, fetch: Ended | None = None
+) -> TaskRecord:
+    """The record of an unfinished upstream ``task`` (live in memory, or restored from
+    a store's row): its current slot and the slots queued ahead of it are to come,
+    with those of its runs in flight. O(queued runs)."""
+    plan = task.plan
+    at = run_at(task)
+    if plan is None:
+        return TaskRecord(ends, ok_started, None, at, fetch=fetch)
+    current = slot_time(plan.attempt, plan.first_at, at, plan.moved)
+    pending = [*(plan.backlog or ()), *(plan.extras or ())]
+    if plan.flying:
+        pending += [slot_time(r.plan.attempt, r.plan.first_at, r.entry[0], r.plan.moved)
+                    for r in plan.flying]  # fmt: skip
+    if plan.extra_runs:  # its current run is an extra one: the schedule's is later
+        current = max(pending, default=current)
+        pending.append(slot_time(plan.attempt, plan.first_at, at, plan.moved))
+    return TaskRecord(ends, ok_started, plan, current, pending, fetch=fetch)
 
 
 def check_after(

@@ -146,9 +146,10 @@ class StoredChanges(Tasks):
         return Stored(name, spec)
 
     def row(self, task_id: str, first: Time, action: Stored, plan: Plan) -> TaskRow:
-        """The row of a new task, ``action`` as :meth:`admit` gave it (nothing is
-        stored). O(1)."""
-        return new_row(task_id, action.name, action.spec, plan, first)
+        """The row of a new task, ``action`` as :meth:`admit` gave it, with its first
+        slot (``spec["origin"]``: its schedule has none before; nothing is stored).
+        O(1)."""
+        return new_row(task_id, action.name, {**action.spec, "origin": first}, plan, first)
 
     def add(
         self, task_id: Hashable, first: Time, action: Any, plan: Plan | None, replace: bool | None

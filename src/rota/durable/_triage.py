@@ -8,23 +8,27 @@ often. Each case is decided here, by the engine restored from the row.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Any
 
 from rota._core.calls import Bound, prepare
+from rota._core.deps import Record
 from rota._core.stored import StoredEngine, plan_state
 from rota._core.task import Run, Task, raiser, run_at
 from rota._core.types import (
+    FINISHED,
     RELEASED,
     Action,
     Status,
     Time,
     epoch_shown,
 )
+from rota._core.waits import TaskRecord, record_of
 from rota.store import Change, TaskRow
 
 from ._held import HeldRuns
-from ._rows import Held, dump, restore
+from ._rows import Held, dump, never, restore
 
 logger = logging.getLogger("rota.durable")
 """Leases lost and taken over, actions no node here knows, store faults."""
@@ -123,7 +127,25 @@ class Triage(HeldRuns):
         task = restore(row, action, status, again=again, engine=engine)
         if isinstance(action, Bound):
             action.plan = task.plan
+        if task.plan is not None and task.plan.after:
+            task.engine.reader = self._upstream
         return task
+
+    def _upstream(self, task_id: Hashable) -> Record | None:
+        """What the store knows of an upstream task, for a claimed run's ``after``
+        (:class:`~rota._core.waits.TaskRecord`): its row (one read) and, as the
+        decision asks, how its slots ended (a read per range). ``None`` for a task
+        never stored."""
+        if not isinstance(task_id, str):
+            return None
+        row = self._store.get(task_id)
+        if row is None or row.unreadable is not None:
+            return None
+        fetch = partial(self._store.ended, task_id)
+        task = restore(row, never)
+        if row.status in FINISHED:
+            return TaskRecord({}, None, task.plan, None, finished=True, fetch=fetch)
+        return record_of(task, {}, None, fetch)
 
     def _claim_run(self, task: Held, now: Time, moved: list[Time]) -> Run | None:
         """:meth:`_decide` for a concurrent task (``Overlap.allow(n)``, ``REPLACE``): the
