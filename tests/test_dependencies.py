@@ -7,6 +7,7 @@ from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from rota import FixedRate, ManualClock, Once, Overlap, RunContext, Scheduler, Status, Upstream
 from rota._core.deps import RUN, Verdict, cycle, cycle_text, upstreams, verdict
+from tests.helpers import AutoRegistering, make_store
 
 
 def test_an_upstream_is_a_checked_immutable_value() -> None:
@@ -174,9 +176,26 @@ class Log:
         return action
 
 
-def made(**tasks: tuple[Any, Any]) -> tuple[Scheduler, ManualClock, Log]:
+@pytest.fixture(params=["memory", "durable-memory", "durable-sqlite", "durable-postgres"])
+def kind(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Makes a scheduler on a manual clock at 0, in memory or on each store."""
+    stores: list[Any] = []
+
+    def make(clock: ManualClock) -> Scheduler:
+        if request.param == "memory":
+            return Scheduler(clock=clock, epoch=True)
+        store = make_store(request.param.removeprefix("durable-"), request, tmp_path)
+        stores.append(store)
+        return AutoRegistering(store, clock=clock)
+
+    yield make
+    for store in stores:
+        store.close()
+
+
+def made(kind: Any, **tasks: tuple[Any, Any]) -> tuple[Scheduler, ManualClock, Log]:
     clock = ManualClock(0.0)
-    sched = Scheduler(clock=clock, epoch=True)
+    sched = kind(clock)
     log = Log()
     for name, (when, after) in tasks.items():
         sched.schedule(name, when, log(name), after=after)
@@ -188,15 +207,15 @@ def step(sched: Scheduler, clock: ManualClock, to: float) -> list[Any]:
     return sched.tick(to)
 
 
-def test_a_slot_waits_for_its_upstreams_slot_and_runs_in_the_same_tick() -> None:
-    sched, clock, log = made(load=(FixedRate(10, start=10), "extract"),
+def test_a_slot_waits_for_its_upstreams_slot_and_runs_in_the_same_tick(kind: Any) -> None:
+    sched, clock, log = made(kind, load=(FixedRate(10, start=10), "extract"),
                              extract=(FixedRate(10, start=10), None))  # fmt: skip
     step(sched, clock, 10)
     assert log.runs == [("extract", 10), ("load", 10)]  # load was due first: it waited
 
 
-def test_a_waiting_slot_shows_what_it_waits_for_and_costs_nothing_per_tick() -> None:
-    sched, clock, log = made(load=(FixedRate(10, start=10), "extract"),
+def test_a_waiting_slot_shows_what_it_waits_for_and_costs_nothing_per_tick(kind: Any) -> None:
+    sched, clock, log = made(kind, load=(FixedRate(10, start=10), "extract"),
                              extract=(FixedRate(10, start=15), None))  # fmt: skip
     step(sched, clock, 10)
     info = sched.info("load")
@@ -210,8 +229,10 @@ def test_a_waiting_slot_shows_what_it_waits_for_and_costs_nothing_per_tick() -> 
     assert sched.info("load").waiting_for == ("extract",)  # type: ignore[union-attr]
 
 
-def test_a_failed_upstream_skips_the_slot_at_once_and_the_next_slot_waits_in_its_place() -> None:
-    sched, clock, log = made(extract=(FixedRate(10, start=10), None),
+def test_a_failed_upstream_skips_the_slot_at_once_and_the_next_slot_waits_in_its_place(
+    kind: Any,
+) -> None:
+    sched, clock, log = made(kind, extract=(FixedRate(10, start=10), None),
                              load=(FixedRate(10, start=10), "extract"))  # fmt: skip
     log.fail.add("extract")
     outcomes = step(sched, clock, 10)
@@ -224,8 +245,8 @@ def test_a_failed_upstream_skips_the_slot_at_once_and_the_next_slot_waits_in_its
     assert dict(load.skipped_by) == {"upstream": 1}
 
 
-def test_a_waiting_slot_is_skipped_when_its_tasks_next_slot_falls_due() -> None:
-    sched, clock, log = made(load=(FixedRate(10, start=10), Upstream("extract")),
+def test_a_waiting_slot_is_skipped_when_its_tasks_next_slot_falls_due(kind: Any) -> None:
+    sched, clock, log = made(kind, load=(FixedRate(10, start=10), Upstream("extract")),
                              extract=(FixedRate(100, start=10), None))  # fmt: skip
     sched.pause("extract")  # its dependants wait, they do not fail
     step(sched, clock, 10)
@@ -241,9 +262,9 @@ def test_a_waiting_slot_is_skipped_when_its_tasks_next_slot_falls_due() -> None:
     assert log.runs == [("extract", 10), ("load", 20)]
 
 
-def test_a_waiting_slots_deadline_skips_it() -> None:
+def test_a_waiting_slots_deadline_skips_it(kind: Any) -> None:
     clock = ManualClock(0.0)
-    sched = Scheduler(clock=clock, epoch=True)
+    sched = kind(clock)
     log = Log()
     sched.schedule("extract", FixedRate(100, start=50), log("extract"))
     sched.schedule("load", FixedRate(100, start=10), log("load"), after="extract", deadline=5)
@@ -254,9 +275,9 @@ def test_a_waiting_slots_deadline_skips_it() -> None:
     assert sched.info("load").next_run_time == 110  # type: ignore[union-attr]
 
 
-def test_the_daily_report_waits_for_every_hourly_import_of_its_window() -> None:
+def test_the_daily_report_waits_for_every_hourly_import_of_its_window(kind: Any) -> None:
     hour = 3600.0
-    sched, clock, log = made(imports=(FixedRate(hour, start=hour), None),
+    sched, clock, log = made(kind, imports=(FixedRate(hour, start=hour), None),
                              report=(FixedRate(4 * hour, start=4 * hour),
                                      Upstream("imports", within="window")))  # fmt: skip
     step(sched, clock, hour)
@@ -272,9 +293,9 @@ def test_the_daily_report_waits_for_every_hourly_import_of_its_window() -> None:
     assert log.runs.index(("report", 8 * hour)) > log.runs.index(("imports", 7 * hour))
 
 
-def test_freshness_waits_for_a_recent_ok_run_and_never_skips_for_it() -> None:
+def test_freshness_waits_for_a_recent_ok_run_and_never_skips_for_it(kind: Any) -> None:
     clock = ManualClock(0.0)
-    sched = Scheduler(clock=clock, epoch=True)
+    sched = kind(clock)
     log = Log()
     sched.schedule("rates", Once(50), log("rates"))
     sched.schedule("price", FixedRate(100, start=10), log("price"),
@@ -285,8 +306,8 @@ def test_freshness_waits_for_a_recent_ok_run_and_never_skips_for_it() -> None:
     assert log.runs == [("rates", 50), ("price", 10)]
 
 
-def test_a_trigger_runs_now_regardless_of_upstreams() -> None:
-    sched, clock, log = made(load=(FixedRate(100, start=10), "extract"),
+def test_a_trigger_runs_now_regardless_of_upstreams(kind: Any) -> None:
+    sched, clock, log = made(kind, load=(FixedRate(100, start=10), "extract"),
                              extract=(FixedRate(100, start=500), None))  # fmt: skip
     step(sched, clock, 10)
     assert sched.info("load").waiting_for == ("extract",)  # type: ignore[union-attr]
@@ -297,8 +318,8 @@ def test_a_trigger_runs_now_regardless_of_upstreams() -> None:
     assert sched.info("load").waiting_for == ("extract",)  # type: ignore[union-attr]
 
 
-def test_an_upstream_not_scheduled_yet_is_waited_for() -> None:
-    sched, clock, log = made(load=(FixedRate(100, start=10), "extract"))
+def test_an_upstream_not_scheduled_yet_is_waited_for(kind: Any) -> None:
+    sched, clock, log = made(kind, load=(FixedRate(100, start=10), "extract"))
     step(sched, clock, 10)
     assert sched.info("load").waiting_for == ("extract",)  # type: ignore[union-attr]
     sched.schedule("extract", Once(at=5), log("extract"))
@@ -306,8 +327,8 @@ def test_an_upstream_not_scheduled_yet_is_waited_for() -> None:
     assert log.runs == [("extract", 5), ("load", 10)]
 
 
-def test_a_cancelled_upstream_skips_what_waits_for_it() -> None:
-    sched, clock, _ = made(load=(FixedRate(100, start=10), "extract"),
+def test_a_cancelled_upstream_skips_what_waits_for_it(kind: Any) -> None:
+    sched, clock, _ = made(kind, load=(FixedRate(100, start=10), "extract"),
                              extract=(FixedRate(100, start=10), None))  # fmt: skip
     sched.pause("extract")
     step(sched, clock, 10)
@@ -316,20 +337,22 @@ def test_a_cancelled_upstream_skips_what_waits_for_it() -> None:
     assert sched.info("load").last_skipped == (10, "upstream", "extract@10")  # type: ignore[union-attr]
 
 
-def test_cycles_are_refused_by_schedule_and_update_before_anything_changes() -> None:
-    sched = Scheduler(clock=ManualClock(0.0))
-    sched.schedule("a", FixedRate(10), print, after="b")
-    sched.schedule("b", FixedRate(10), print, after="c")
+def test_cycles_are_refused_by_schedule_and_update_before_anything_changes(kind: Any) -> None:
+    sched = kind(ManualClock(0.0))
+    log = Log()
+    sched.schedule("a", FixedRate(10), log("a"), after="b")
+    sched.schedule("b", FixedRate(10), log("b"), after="c")
     with pytest.raises(ValueError, match=r"after would make a cycle: 'c' -> 'a' -> 'b' -> 'c'"):
-        sched.schedule("c", FixedRate(10), print, after="a")
+        sched.schedule("c", FixedRate(10), log("c"), after="a")
     assert sched.status("c") is None
-    sched.schedule("c", FixedRate(10), print)
+    sched.schedule("c", FixedRate(10), log("c"))
     with pytest.raises(ValueError, match="cycle: 'c' -> 'a' -> 'b' -> 'c'"):
         sched.update("c", after=["a"])
+    assert sched.info("c").waiting_for == ()  # type: ignore[union-attr]
     with pytest.raises(ValueError, match=r"does not go with Overlap\.allow"):
-        sched.schedule("d", FixedRate(10), print, after="a", overlap=Overlap.allow(2))
+        sched.schedule("d", FixedRate(10), log("d"), after="a", overlap=Overlap.allow(2))
     with pytest.raises(TypeError, match="after must be a task id"):
-        sched.schedule("e", FixedRate(10), print, after=[1.5])
+        sched.schedule("e", FixedRate(10), log("e"), after=[1.5])
 
 
 @settings(max_examples=60, deadline=None)

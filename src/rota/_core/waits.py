@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from .checks import grid, latest_slot
+from .checks import BEFORE_MAX, grid, latest_slot
 from .deps import Record, Upstream, cycle, cycle_text, verdict
 from .policy import Plan
 from .task import Task, run_at
@@ -101,8 +101,10 @@ class TaskRecord:
         return sorted(slot for slot in known if low <= slot < high)
 
     def latest_slot(self, at: float) -> float | None:
-        known = [s for s in (*self.ends, *self.pending, self.current) if s is not None]
         found = None if self.plan is None else latest_slot(self.plan, at)
+        if found is None:  # a schedule whose slots cannot be named: the runs it had
+            self._load(at - BEFORE_MAX, math.nextafter(at, math.inf))
+        known = [s for s in (*self.ends, *self.pending, self.current) if s is not None]
         origin = None if self.plan is None else self.plan.origin
         if found is not None and (origin is None or found >= origin):
             known.append(found)

@@ -105,7 +105,11 @@ class StoredReads(StoredChanges):
             )
         except StoreError:  # a kind a newer rota wrote (see the triage of claimed rows)
             schedule = None
-        due = row.state.get("next", row.due)  # a concurrent task's next slot, not a retry
+        # a concurrent task's next slot, not a retry; a waiting run's own time, not when
+        # it is decided again
+        due = row.state.get(
+            "next", row.state.get("nominal", row.due) if row.state.get("waiting") else row.due
+        )
         skipped = row.state.get("last_skipped")
         return task_info(
             row.task_id, status, row.paused, due, schedule, row.state.get("attempt", 0),

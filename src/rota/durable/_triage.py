@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from rota._core.calls import Bound, prepare
-from rota._core.deps import Record
+from rota._core.deps import Record, verdict
 from rota._core.stored import StoredEngine, plan_state
 from rota._core.task import Run, Task, raiser, run_at
 from rota._core.types import (
@@ -28,7 +28,7 @@ from rota._core.waits import TaskRecord, record_of
 from rota.store import Change, TaskRow
 
 from ._held import HeldRuns
-from ._rows import Held, dump, never, restore
+from ._rows import Held, dump, never, restore, slot_of
 
 logger = logging.getLogger("rota.durable")
 """Leases lost and taken over, actions no node here knows, store faults."""
@@ -105,6 +105,8 @@ class Triage(HeldRuns):
                 if decided is None or settled:
                     if decided is not None and requeued:
                         moved.append(new.due)
+                    if decided is not None and new.state.get("waiting"):
+                        self._recheck(new, now)
                     return None
                 task.row = new
         task.until = now + self._lease
@@ -130,6 +132,30 @@ class Triage(HeldRuns):
         if task.plan is not None and task.plan.after:
             task.engine.reader = self._upstream
         return task
+
+    def _recheck(self, row: TaskRow, now: Time) -> None:
+        """A run just stored waiting (``row``) is decided again if its upstreams changed
+        meanwhile: an upstream's run that ended between the read this claim decided
+        from and the write that parked it woke no one (the index of waiting runs did
+        not hold this one yet), so the run is made due now. One read per upstream,
+        and a write only then."""
+        task = restore(row, never)
+        plan = task.plan
+        assert plan is not None
+        assert plan.after
+        slot = slot_of(row)
+        window = (slot if plan.window is None else plan.window, slot)
+        if verdict(plan.after, slot, window, self._upstream).waiting == plan.waiting:
+            return
+
+        def wake(found: TaskRow | None) -> Change[None]:
+            if found is None or found.version != row.version:  # claimed or changed since
+                return Change(None)
+            woken = found.copy()
+            woken.due = min(now, found.due)
+            return Change(None, row=woken, requeued=True)
+
+        self._store.modify(row.task_id, wake)
 
     def _upstream(self, task_id: Hashable) -> Record | None:
         """What the store knows of an upstream task, for a claimed run's ``after``

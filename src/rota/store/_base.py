@@ -29,7 +29,7 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
@@ -753,25 +753,3 @@ class Store(Protocol):
         wrong moments, it never runs early or takes a live lease.
         """
         ...
-
-
-def ended_rows(
-    rows: Iterable[tuple[Time, str, Time | None]], start: Time, end: Time
-) -> tuple[dict[Time, str], Time | None]:
-    """:meth:`Store.ended` from the final outcomes ``(slot, result, started)`` a store
-    read: every store's one rule. O(len(rows))."""
-    ends = {slot: result for slot, result, _ in rows if start <= slot < end}
-    started = [at for _, result, at in rows if result == "ok" and at is not None]
-    return ends, max(started, default=None)
-
-
-def ended_sql(p: str, mark: str) -> str:
-    """The query of :meth:`Store.ended` (``mark``: the placeholder): a task's final
-    outcomes in a slot range, and its latest ``ok`` one (by slot: the primary key's
-    order), each an index range."""
-    return (
-        f"SELECT slot, result, started FROM {p}outcomes WHERE task_id = {mark} AND "
-        f"result != 'retry' AND slot >= {mark} AND slot < {mark} UNION ALL SELECT * FROM "
-        f"(SELECT slot, result, started FROM {p}outcomes WHERE task_id = {mark} AND "
-        "result = 'ok' ORDER BY slot DESC LIMIT 1) AS latest"
-    )

@@ -19,9 +19,9 @@ from ._base import (
     OutcomeRow,
     StoreBase,
     TaskRow,
-    ended_rows,
     run_order,
 )
+from ._waits import ended_rows, waiting_for, wakes
 
 
 class MemoryStore(StoreBase):
@@ -46,6 +46,7 @@ class MemoryStore(StoreBase):
         self._rows: dict[str, TaskRow] = {}
         self._outcomes: dict[tuple[str, Time, int, int], OutcomeRow] = {}
         self._nodes: dict[str, NodeRow] = {}
+        self._waits: dict[str, set[str]] = {}  # upstream -> the tasks whose runs wait for it
         self._seq = 0
         self._version = 0
 
@@ -87,9 +88,29 @@ class MemoryStore(StoreBase):
                     new.seq = seq
                 rows[task_id] = new
             results.append(decided)
+        self._wake(rows, *wakes(results))
         self._rows, self._outcomes, self._seq = rows, outcomes, seq
         self._version += 1
         return results
+
+    def _wake(
+        self, rows: dict[str, TaskRow], written: list[TaskRow], woken: list[tuple[str, Time]]
+    ) -> None:
+        """Keep the index of waiting runs for the rows just ``written``; make those
+        waiting for a ``woken`` upstream due at once (as a database store's
+        :func:`~rota.store._waits.sync_waits`). O(rows written + runs woken)."""
+        for row in written:
+            for upstream in waiting_for(row):
+                self._waits.setdefault(upstream, set()).add(row.task_id)
+        for upstream, at in woken:
+            for task_id in self._waits.pop(upstream, ()):
+                found = rows.get(task_id)
+                if found is None or upstream not in waiting_for(found):
+                    continue  # (no longer waits for it: the index is cleaned here)
+                if found.owner is None and found.due is not None and found.due > at:
+                    new = found.copy()
+                    new.due, new.version = at, found.version + 1
+                    rows[task_id] = new
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`rota.store.Store.claim`."""

@@ -105,6 +105,11 @@ def _migrations(p: str) -> list[list[str]]:
             f"CREATE TABLE IF NOT EXISTS {p}nodes (node text PRIMARY KEY, started numeric "
             "NOT NULL, seen numeric NOT NULL, lease numeric NOT NULL)",
         ],
+        [  # the runs that wait for an upstream (see SQLite's step)
+            f"CREATE TABLE IF NOT EXISTS {p}waits (upstream text NOT NULL, task_id text NOT "
+            "NULL, PRIMARY KEY (upstream, task_id))",
+            f"CREATE INDEX IF NOT EXISTS {p}waits_task ON {p}waits (task_id)",
+        ],
     ]
 
 

@@ -48,8 +48,6 @@ from ._base import (
     actions_sql,
     ahead,
     claimed_rows,
-    ended_rows,
-    ended_sql,
     logger,
     outcome_from,
     redacted,
@@ -84,6 +82,7 @@ from ._schema import (
     DEFAULT_PREFIX,
     is_current,
 )
+from ._waits import ended_rows, ended_sql, sync_waits, wakes
 
 
 class PostgresStore(StoreBase):
@@ -444,6 +443,7 @@ class PostgresStore(StoreBase):
         assert decided.row is not None
         decided.row.seq = found[0]
         self._notify(db, decided.row)
+        sync_waits(db.execute, self._p, "%s", *wakes([decided]), _num)  # (a lone one: after)
         return decided
 
     def _decide_in(self, db: psycopg.Connection[Any], edit: Edit) -> Change[Any] | None:
@@ -463,6 +463,7 @@ class PostgresStore(StoreBase):
             self._seq(db, decided)
             write_row(db.execute, f"{p}tasks", new, row, "%s", _num)
         self._record(db, decided)
+        sync_waits(db.execute, p, "%s", *wakes([decided]), _num)
         return decided
 
     def _seq(self, db: psycopg.Connection[Any], decided: Change[Any]) -> None:

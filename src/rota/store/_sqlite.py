@@ -43,8 +43,6 @@ from ._base import (
     actions_sql,
     ahead,
     claimed_rows,
-    ended_rows,
-    ended_sql,
     logger,
     outcome_from,
     run_values,
@@ -58,8 +56,9 @@ from ._schema import (
     former_tables,
     is_current,
     migrate,
-    renamed_actions_sql,
 )
+from ._sqlitesql import migrations
+from ._waits import ended_rows, ended_sql, sync_waits, wakes
 
 BUSY_TIMEOUT = 30.0
 """Seconds a connection waits for the write lock before SQLite reports it busy."""
@@ -70,72 +69,6 @@ run from its end (see :meth:`SQLiteStore._until`)."""
 
 LOCKED_RETRY = 120.0
 """Seconds a write keeps retrying past the busy timeout before the error propagates."""
-
-
-def _migrations(p: str) -> list[list[str]]:
-    """The schema, as forward-only steps: step k takes version k to k + 1.
-
-    Time columns have no declared type (BLOB affinity), so ints stay ints and
-    floats stay floats: an ``at`` read back is the very number written.
-    """
-    return [
-        [
-            f"CREATE TABLE IF NOT EXISTS {p}meta (key TEXT PRIMARY KEY, value NOT NULL)",
-            f"""CREATE TABLE {p}tasks (
-                task_id     TEXT PRIMARY KEY,
-                action      TEXT NOT NULL,
-                spec        TEXT NOT NULL,
-                state       TEXT NOT NULL,
-                status      TEXT NOT NULL,
-                paused      INTEGER NOT NULL DEFAULT 0,
-                due,
-                priority    INTEGER NOT NULL DEFAULT 0,
-                seq         INTEGER NOT NULL,
-                fence       INTEGER NOT NULL DEFAULT 0,
-                owner       TEXT,
-                lease_until,
-                expiries    INTEGER NOT NULL DEFAULT 0,
-                version     INTEGER NOT NULL DEFAULT 0
-            )""",
-            f"CREATE INDEX {p}due ON {p}tasks (due, priority, seq) "
-            "WHERE status = 'scheduled' AND paused = 0",
-            # Rows with an owner are the runs in flight (few): claims of expired leases,
-            # heartbeats and wake-ups scan them all; one index less to write per run.
-            f"CREATE INDEX {p}owner ON {p}tasks (owner) WHERE owner IS NOT NULL",
-            f"""CREATE TABLE {p}outcomes (
-                task_id  TEXT NOT NULL,
-                slot     NOT NULL,
-                attempt  INTEGER NOT NULL,
-                fence    INTEGER NOT NULL,
-                at       NOT NULL,
-                result   TEXT NOT NULL,
-                error    TEXT,
-                started,
-                finished NOT NULL,
-                skipped  INTEGER NOT NULL DEFAULT 0,
-                owner    TEXT,
-                value    TEXT,
-                PRIMARY KEY (task_id, slot, attempt, fence)
-            ) WITHOUT ROWID""",
-            f"INSERT OR IGNORE INTO {p}meta VALUES ('seq', 0)",
-        ],
-        [
-            # Claims read each action's own range (see Known.actions): rows of actions a
-            # node cannot run cost its claims nothing (they walked the due order past
-            # them: 63 ms a claim beside 10^5 such rows)
-            f"DROP INDEX IF EXISTS {p}due",
-            f"CREATE INDEX {p}due_by_action ON {p}tasks (action, due, priority, seq) "
-            "WHERE status = 'scheduled' AND paused = 0",
-        ],
-        [  # a run's skipped slots by reason (misfire, overlap, deadline), as JSON
-            f"ALTER TABLE {p}outcomes ADD COLUMN skipped_by TEXT",
-        ],
-        [renamed_actions_sql(p)],  # the import package's name, rota since cadence
-        [  # each node's heartbeat, for the nodes page: idle nodes listed, dead ones marked
-            f"CREATE TABLE IF NOT EXISTS {p}nodes (node TEXT PRIMARY KEY, started NOT NULL, "
-            "seen NOT NULL, lease NOT NULL)",
-        ],
-    ]
 
 
 class SQLiteStore(StoreBase):
@@ -269,7 +202,7 @@ class SQLiteStore(StoreBase):
         never deleted or rewritten to make them fit).
         """
         p = self._p
-        steps = _migrations(p)
+        steps = migrations(p)
         if not self._create and not os.path.exists(self.path):
             raise StoreError(f"no store at {os.path.abspath(self.path)} (nothing was created)")
         try:  # current already (the usual case): a read, no write lock, no write access
@@ -366,6 +299,7 @@ class SQLiteStore(StoreBase):
                 write_row(db.execute, f"{p}tasks", new, row, "?")
             self._record(db, decided)
             results.append(decided)
+        sync_waits(db.execute, p, "?", *wakes(results))
         return results
 
     def _write_expected(self, db: sqlite3.Connection, edits: Sequence[Edit]) -> list[bool]:

@@ -1,0 +1,90 @@
+"""The store's side of waiting runs (``after=``): how an upstream's slots ended (one
+read), and the index of waiting runs that a completion wakes, the same SQL in every
+database store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from rota._core.types import FINISHED, Time
+
+from ._base import Change, TaskRow, _same
+
+
+def ended_rows(
+    rows: Iterable[tuple[Time, str, Time | None]], start: Time, end: Time
+) -> tuple[dict[Time, str], Time | None]:
+    """:meth:`Store.ended` from the final outcomes ``(slot, result, started)`` a store
+    read: every store's one rule. O(len(rows))."""
+    ends = {slot: result for slot, result, _ in rows if start <= slot < end}
+    started = [at for _, result, at in rows if result == "ok" and at is not None]
+    return ends, max(started, default=None)
+
+
+def ended_sql(p: str, mark: str) -> str:
+    """The query of :meth:`Store.ended` (``mark``: the placeholder): a task's final
+    outcomes in a slot range, and its latest ``ok`` one (by slot: the primary key's
+    order), each an index range."""
+    return (
+        f"SELECT slot, result, started FROM {p}outcomes WHERE task_id = {mark} AND "
+        f"result != 'retry' AND slot >= {mark} AND slot < {mark} UNION ALL SELECT * FROM "
+        f"(SELECT slot, result, started FROM {p}outcomes WHERE task_id = {mark} AND "
+        "result = 'ok' ORDER BY slot DESC LIMIT 1) AS latest"
+    )
+
+
+def waiting_for(row: TaskRow) -> list[str]:
+    """The upstream ids a written row's run waits for (``after=``; none unless its run
+    is scheduled and waits): what the store's index of waiting runs holds for it."""
+    spec, state = row.spec, row.state
+    if not isinstance(spec, dict) or not spec.get("after") or row.status != "scheduled":
+        return []
+    return [upstream[0] for upstream in spec["after"]] if state.get("waiting") else []
+
+
+def wakes(changes: Iterable[Change[Any] | None]) -> tuple[list[TaskRow], list[tuple[str, Time]]]:
+    """The rows a write wrote, and the tasks whose waiting dependants it wakes, with
+    when: each run that ended for good (its task, at its finish), each task written
+    finished (at its due)."""
+    done = [change for change in changes if change is not None]
+    rows = [change.row for change in done if change.row is not None]
+    found = [
+        (change.outcome.task_id, change.outcome.finished)
+        for change in done
+        if change.outcome is not None and change.outcome.result != "retry"
+    ]
+    found += [(r.task_id, r.due) for r in rows if r.status in FINISHED]
+    return rows, found
+
+
+def sync_waits(
+    execute: Callable[[str, Sequence[Any]], object],
+    p: str,
+    mark: str,
+    rows: Iterable[TaskRow],
+    woken: Iterable[tuple[str, Time]],
+    encode: Callable[[Any], Any] = _same,
+) -> None:
+    """Keep a database store's index of waiting runs (``{p}waits``: upstream ->
+    task) for the rows just written (only rows with ``after`` touch it), then wake
+    the waiting runs of the ``woken`` upstreams: due at once (at the upstream's
+    time), so a claim decides them again. In the write's transaction; a statement
+    per row with ``after`` and per upstream that ended."""
+    for row in rows:
+        if not isinstance(row.spec, dict) or not row.spec.get("after"):
+            continue
+        execute(f"DELETE FROM {p}waits WHERE task_id = {mark}", (row.task_id,))
+        for upstream in waiting_for(row):
+            execute(
+                f"INSERT INTO {p}waits (upstream, task_id) VALUES ({mark}, {mark}) "
+                "ON CONFLICT DO NOTHING",
+                (upstream, row.task_id),
+            )
+    for upstream, at in woken:
+        execute(
+            f"UPDATE {p}tasks SET due = {mark}, version = version + 1 WHERE task_id IN "
+            f"(SELECT task_id FROM {p}waits WHERE upstream = {mark}) AND status = 'scheduled' "
+            f"AND owner IS NULL AND due > {mark}",
+            (encode(at), upstream, encode(at)),
+        )
