@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -176,6 +176,9 @@ class Log:
         return action
 
 
+Make = Callable[[ManualClock], Scheduler]
+
+
 @pytest.fixture(params=["memory", "durable-memory", "durable-sqlite", "durable-postgres"])
 def kind(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Makes a scheduler on a manual clock at 0, in memory or on each store."""
@@ -193,7 +196,7 @@ def kind(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         store.close()
 
 
-def made(kind: Any, **tasks: tuple[Any, Any]) -> tuple[Scheduler, ManualClock, Log]:
+def made(kind: Make, **tasks: tuple[Any, Any]) -> tuple[Scheduler, ManualClock, Log]:
     clock = ManualClock(0.0)
     sched = kind(clock)
     log = Log()
@@ -207,14 +210,14 @@ def step(sched: Scheduler, clock: ManualClock, to: float) -> list[Any]:
     return sched.tick(to)
 
 
-def test_a_slot_waits_for_its_upstreams_slot_and_runs_in_the_same_tick(kind: Any) -> None:
+def test_a_slot_waits_for_its_upstreams_slot_and_runs_in_the_same_tick(kind: Make) -> None:
     sched, clock, log = made(kind, load=(FixedRate(10, start=10), "extract"),
                              extract=(FixedRate(10, start=10), None))  # fmt: skip
     step(sched, clock, 10)
     assert log.runs == [("extract", 10), ("load", 10)]  # load was due first: it waited
 
 
-def test_a_waiting_slot_shows_what_it_waits_for_and_costs_nothing_per_tick(kind: Any) -> None:
+def test_a_waiting_slot_shows_what_it_waits_for_and_costs_nothing_per_tick(kind: Make) -> None:
     sched, clock, log = made(kind, load=(FixedRate(10, start=10), "extract"),
                              extract=(FixedRate(10, start=15), None))  # fmt: skip
     step(sched, clock, 10)
@@ -245,7 +248,7 @@ def test_a_failed_upstream_skips_the_slot_at_once_and_the_next_slot_waits_in_its
     assert dict(load.skipped_by) == {"upstream": 1}
 
 
-def test_a_waiting_slot_is_skipped_when_its_tasks_next_slot_falls_due(kind: Any) -> None:
+def test_a_waiting_slot_is_skipped_when_its_tasks_next_slot_falls_due(kind: Make) -> None:
     sched, clock, log = made(kind, load=(FixedRate(10, start=10), Upstream("extract")),
                              extract=(FixedRate(100, start=10), None))  # fmt: skip
     sched.pause("extract")  # its dependants wait, they do not fail
@@ -262,7 +265,7 @@ def test_a_waiting_slot_is_skipped_when_its_tasks_next_slot_falls_due(kind: Any)
     assert log.runs == [("extract", 10), ("load", 20)]
 
 
-def test_a_waiting_slots_deadline_skips_it(kind: Any) -> None:
+def test_a_waiting_slots_deadline_skips_it(kind: Make) -> None:
     clock = ManualClock(0.0)
     sched = kind(clock)
     log = Log()
@@ -275,7 +278,7 @@ def test_a_waiting_slots_deadline_skips_it(kind: Any) -> None:
     assert sched.info("load").next_run_time == 110  # type: ignore[union-attr]
 
 
-def test_the_daily_report_waits_for_every_hourly_import_of_its_window(kind: Any) -> None:
+def test_the_daily_report_waits_for_every_hourly_import_of_its_window(kind: Make) -> None:
     hour = 3600.0
     sched, clock, log = made(kind, imports=(FixedRate(hour, start=hour), None),
                              report=(FixedRate(4 * hour, start=4 * hour),
@@ -293,7 +296,7 @@ def test_the_daily_report_waits_for_every_hourly_import_of_its_window(kind: Any)
     assert log.runs.index(("report", 8 * hour)) > log.runs.index(("imports", 7 * hour))
 
 
-def test_freshness_waits_for_a_recent_ok_run_and_never_skips_for_it(kind: Any) -> None:
+def test_freshness_waits_for_a_recent_ok_run_and_never_skips_for_it(kind: Make) -> None:
     clock = ManualClock(0.0)
     sched = kind(clock)
     log = Log()
@@ -306,7 +309,7 @@ def test_freshness_waits_for_a_recent_ok_run_and_never_skips_for_it(kind: Any) -
     assert log.runs == [("rates", 50), ("price", 10)]
 
 
-def test_a_trigger_runs_now_regardless_of_upstreams(kind: Any) -> None:
+def test_a_trigger_runs_now_regardless_of_upstreams(kind: Make) -> None:
     sched, clock, log = made(kind, load=(FixedRate(100, start=10), "extract"),
                              extract=(FixedRate(100, start=500), None))  # fmt: skip
     step(sched, clock, 10)
@@ -318,7 +321,7 @@ def test_a_trigger_runs_now_regardless_of_upstreams(kind: Any) -> None:
     assert sched.info("load").waiting_for == ("extract",)  # type: ignore[union-attr]
 
 
-def test_an_upstream_not_scheduled_yet_is_waited_for(kind: Any) -> None:
+def test_an_upstream_not_scheduled_yet_is_waited_for(kind: Make) -> None:
     sched, clock, log = made(kind, load=(FixedRate(100, start=10), "extract"))
     step(sched, clock, 10)
     assert sched.info("load").waiting_for == ("extract",)  # type: ignore[union-attr]
@@ -327,7 +330,7 @@ def test_an_upstream_not_scheduled_yet_is_waited_for(kind: Any) -> None:
     assert log.runs == [("extract", 5), ("load", 10)]
 
 
-def test_a_cancelled_upstream_skips_what_waits_for_it(kind: Any) -> None:
+def test_a_cancelled_upstream_skips_what_waits_for_it(kind: Make) -> None:
     sched, clock, _ = made(kind, load=(FixedRate(100, start=10), "extract"),
                              extract=(FixedRate(100, start=10), None))  # fmt: skip
     sched.pause("extract")
@@ -337,7 +340,7 @@ def test_a_cancelled_upstream_skips_what_waits_for_it(kind: Any) -> None:
     assert sched.info("load").last_skipped == (10, "upstream", "extract@10")  # type: ignore[union-attr]
 
 
-def test_cycles_are_refused_by_schedule_and_update_before_anything_changes(kind: Any) -> None:
+def test_cycles_are_refused_by_schedule_and_update_before_anything_changes(kind: Make) -> None:
     sched = kind(ManualClock(0.0))
     log = Log()
     sched.schedule("a", FixedRate(10), log("a"), after="b")
