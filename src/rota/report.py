@@ -9,6 +9,7 @@ Everything here is pure and cheap: no I/O, no clock but :func:`local_zone`'s.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -104,6 +105,7 @@ def status_entry(entry: Entry) -> dict[str, Any]:
         "last_started": ran_at(latest) if latest else None,
         "unreadable": unreadable,
         "zone": zone_name,
+        "waiting_for": list(info.waiting_for),
     }
 
 
@@ -180,6 +182,53 @@ def described(schedule: Schedule | None, tz: tzinfo) -> str:
     if isinstance(expression, str):
         return f"cron {expression} ({getattr(schedule, 'zone', 'UTC')})"
     return repr(schedule)
+
+
+def duration_shown(seconds: float) -> str:
+    """A duration as a job file spells it: ``1h30m``, ``90s``, ``1d``; ``500ms`` below
+    a second. O(1)."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    parts, left = [], seconds
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if left >= size:
+            parts.append(f"{int(left // size)}{unit}")
+            left -= (left // size) * size
+    if left:
+        parts.append(f"{left:g}s")
+    return "".join(parts)
+
+
+def after_shown(after: Iterable[Any]) -> str:
+    """A job's upstream conditions for people: ``import``, ``import (window)``,
+    ``rates (within 1h)``; comma-separated. O(len(after))."""
+    shown = []
+    for upstream in after:
+        within = upstream.within
+        if within == "slot":
+            shown.append(str(upstream.task_id))
+        elif within == "window":
+            shown.append(f"{upstream.task_id} (window)")
+        else:
+            shown.append(f"{upstream.task_id} (within {duration_shown(within)})")
+    return ", ".join(shown)
+
+
+def waiting_shown(keys: list[str] | tuple[str, ...], tz: tzinfo) -> str:
+    """What a waiting run waits for, for people: ``waiting (import@2026-12-04 05:00)``
+    (each upstream slot in ``tz``; a freshness condition, or an upstream not scheduled
+    yet, by its id). O(len(keys))."""
+    shown = []
+    for key in keys:
+        task, at, slot = key.rpartition("@")
+        try:
+            local = datetime.fromtimestamp(float(slot), tz)
+        except (ValueError, OverflowError, OSError):
+            shown.append(key)
+            continue
+        spec = "%Y-%m-%d %H:%M" if not local.second else "%Y-%m-%d %H:%M:%S"
+        shown.append(f"{task}{at}{local.strftime(spec)}")
+    return f"waiting ({', '.join(shown)})"
 
 
 def day_shown(at: float, tz: tzinfo) -> str:

@@ -13,7 +13,7 @@ import shlex
 import shutil
 import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Any
 from rota._core import validate as _validate
 from rota._core.deps import Upstream, upstreams
 from rota._core.policy import Schedule
+from rota._core.waits import check_after
 from rota.calendars import AnyOf, Calendar
 from rota.durable import json_value, resolve_path
 from rota.misfire import Misfire
@@ -95,6 +96,7 @@ class Job:
             "jitter": self.jitter,
             "end": self.end,
             "max_runs": self.max_runs,
+            "after": self.after or None,
         }
 
 
@@ -152,7 +154,21 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
             raise JobFileError(f"{path}: job {job_id!r}: key 'id': used twice in the file")
         seen.add(job_id)
         loaded.append(_job(path, job_id, _merged(defaults, raw), imports, brokers, calendars))
+    cycles(loaded, {}, str(path))
     return loaded
+
+
+def cycles(jobs: list[Job], stored: dict[Hashable, list[Hashable]], where: str) -> None:
+    """:class:`JobFileError` naming the file, the job and its ``after`` if the file's
+    jobs close a cycle, among themselves or with the ``stored`` tasks' upstreams
+    (task -> the tasks it waits for). O(jobs + edges)."""
+    edges: dict[Hashable, list[Hashable]] = dict(stored)
+    edges.update((job.id, [u.task_id for u in job.after]) for job in jobs)
+    for job in jobs:
+        try:
+            check_after(edges, job.id, job.after)
+        except ValueError as exc:
+            raise JobFileError(f"{where}: job {job.id!r}: key 'after': {exc}") from None
 
 
 def _brokers(table: object, where: str) -> set[str]:

@@ -88,6 +88,7 @@ def plan(jobs: list[Job], start: float, until: float) -> tuple[list[Planned], bo
         options = job.options()
         del options["args"], options["kwargs"], options["max_retries"], options["retry"]
         del options["overlap"]  # each planned run takes no time: none overlaps another
+        del options["after"]  # every upstream is taken to end ok on time (shown: after_shown)
         scheduler.schedule(job.id, job.when, slots, **options)
     runs: list[Planned] = []
     while len(runs) < MAX_RUNS:

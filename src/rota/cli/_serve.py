@@ -26,7 +26,7 @@ from rota.store import StoreError
 
 from . import _command
 from ._common import CliError, bind
-from ._jobfile import COMMAND, Job
+from ._jobfile import COMMAND, Job, cycles
 from ._notify import Notifier
 from ._secrets import ScrubFormatter
 from ._values import JobFileError
@@ -261,6 +261,13 @@ def declare(sched: DurableScheduler, jobs: list[Job], owner: str, *, strict: boo
     for problem in conflicts.values():
         log.error("%s; it is not loaded", problem)
     declared = {job.id for job in jobs}
+    try:  # the file's after= with every other stored task's: no cycle
+        cycles(jobs, {k: v for k, v in sched.table.edges().items() if k not in declared}, owner)
+    except JobFileError as exc:
+        if strict:
+            raise CliError(2, str(exc)) from None
+        log.error("%s; the file is not loaded", exc)
+        return
     for job in jobs:
         if job.id in conflicts:
             continue

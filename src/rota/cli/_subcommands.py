@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rota._core.types import FINISHED, error_shown
 from rota.calendars import Calendared
 from rota.report import (
+    after_shown,
     day_shown,
     decided,
     excluded_shown,
@@ -30,6 +31,7 @@ from rota.report import (
     ran_at,
     status_entry,
     time_shown,
+    waiting_shown,
 )
 from rota.store import StoreError, open_store, redacted
 
@@ -111,6 +113,8 @@ def _plan_command(args: argparse.Namespace) -> int:
             print(f"{time_shown(at, tz)}  {job.id}{late}")
             for slot, reason in _moved(line):
                 print(f"  moved from {day_shown(slot, tz)} ({reason})")
+            if job.after:
+                print(f"  after {after_shown(job.after)}")
         sys.stdout.flush()
         zones = {job.zone_name for job in jobs}  # the jobs' one zone, if they share it
         tz = shown or (jobs[0].zone if len(zones) == 1 else local_zone())
@@ -134,7 +138,9 @@ def _moved(line: Planned) -> list[tuple[float, str]]:
 def _planned_json(line: Planned, shown: tzinfo | None) -> dict[str, Any]:
     """A plan's line as ``plan --json`` gives it: ``job``, ``at``, ``time``; ``starts``
     under jitter; ``moved_from`` (the slot) for a moved run, ``merged`` (the slots
-    merged into it); ``excluded`` (the reason) for an excluded slot."""
+    merged into it); ``after`` (``[job, within]`` each: ``within`` ``"slot"``,
+    ``"window"`` or seconds) for a job that waits for others; ``excluded`` (the
+    reason) for an excluded slot."""
     job = line.job
     entry: dict[str, Any] = {
         "job": job.id, "at": line.at,
@@ -149,6 +155,8 @@ def _planned_json(line: Planned, shown: tzinfo | None) -> dict[str, Any]:
         entry["moved_from"] = line.slot
     if line.merged:
         entry["merged"] = [slot for slot, _reason in line.merged]
+    if job.after:
+        entry["after"] = [upstream.to_json() for upstream in job.after]
     return entry
 
 
@@ -225,6 +233,8 @@ def _status(args: argparse.Namespace) -> int:
     for entry, e in zip(listed, entries, strict=True):
         tz = job_zone(e["zone"], override)
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
+        if e["waiting_for"]:
+            status = waiting_shown(e["waiting_for"], tz)
         why = lateness(entry.info, now)
         late = "" if why is None else f" ({why})"
         if e.get("moved_from") is not None:
