@@ -68,9 +68,10 @@ def sync_waits(
 ) -> None:
     """Keep a database store's index of waiting runs (``{p}waits``: upstream ->
     task) for the rows just written (only rows with ``after`` touch it), then wake
-    the waiting runs of the ``woken`` upstreams: due at once (at the upstream's
-    time), so a claim decides them again. In the write's transaction; a statement
-    per row with ``after`` and per upstream that ended."""
+    the waiting runs of the ``woken`` upstreams: due at once (at the earliest of
+    their ends), so a claim decides them again. In the write's transaction: two
+    statements per row with ``after`` (none for the others), and one per
+    :data:`WAKE_CHUNK` upstreams that ended (a group commit's: one)."""
     for row in rows:
         if not isinstance(row.spec, dict) or not row.spec.get("after"):
             continue
@@ -81,10 +82,20 @@ def sync_waits(
                 "ON CONFLICT DO NOTHING",
                 (upstream, row.task_id),
             )
-    for upstream, at in woken:
+    found = dict(woken)
+    if not found:
+        return
+    at = encode(min(found.values()))  # due at once, all of them: the earliest end will do
+    ids = sorted(found)
+    for start in range(0, len(ids), WAKE_CHUNK):  # one statement for a group commit's ends
+        chunk = ids[start : start + WAKE_CHUNK]
         execute(
             f"UPDATE {p}tasks SET due = {mark}, version = version + 1 WHERE task_id IN "
-            f"(SELECT task_id FROM {p}waits WHERE upstream = {mark}) AND status = 'scheduled' "
-            f"AND owner IS NULL AND due > {mark}",
-            (encode(at), upstream, encode(at)),
+            f"(SELECT task_id FROM {p}waits WHERE upstream IN ({','.join([mark] * len(chunk))})) "
+            f"AND status = 'scheduled' AND owner IS NULL AND due > {mark}",
+            (at, *chunk, at),
         )
+
+
+WAKE_CHUNK = 512
+"""The most upstreams one wake-up statement names."""
