@@ -406,3 +406,21 @@ def test_runs_match_an_oracle_over_random_dags_failures_and_tick_jumps(
         mine = [k for u, k in runs if u == t]
         skipped = sum(o.skipped_by.get("upstream", 0) for o in outcomes if o.task_id == t)
         assert len(mine) + skipped == max(mine, default=0)
+
+
+def test_backfill_downstream_runs_each_slot_after_its_upstreams_backfilled_slot(
+    kind: Make,
+) -> None:
+    sched, clock, log = made(kind, report=(FixedRate(10, start=100), "imports"),
+                             loads=(FixedRate(10, start=100), "report"),
+                             imports=(FixedRate(10, start=100), None))  # fmt: skip
+    clock.set(90)
+    assert sched.backfill("imports", 50, 80, downstream=True) == 9  # 3 slots, 3 tasks
+    step(sched, clock, 95)
+    order = [run for run in log.runs if run[1] < 100]
+    assert sorted(order) == sorted((t, s) for t in ("imports", "report", "loads")
+                                   for s in (50, 60, 70))  # fmt: skip
+    for task, up in (("report", "imports"), ("loads", "report")):
+        for slot in (50, 60, 70):
+            assert order.index((up, slot)) < order.index((task, slot))
+    assert sched.backfill("report", 30, 40) == 1  # without downstream: that task alone

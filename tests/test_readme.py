@@ -59,3 +59,10 @@ def test_durability_doc_examples_run() -> None:
         shown = [line[2:] for line in block.splitlines() if line.startswith("# ")]
         if shown:
             assert out.getvalue().splitlines() == shown
+
+
+def test_dependencies_doc_examples_run() -> None:
+    found = blocks(ROOT / "docs" / "dependencies.md")
+    assert len(found) == 1
+    for block in found:
+        exec(compile(block, "docs/dependencies.md", "exec"), {})

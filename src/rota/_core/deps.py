@@ -139,6 +139,32 @@ def cycle(edges: Mapping[K, Iterable[K]], task_id: K, new: Iterable[K]) -> list[
     return None
 
 
+def downstream_of(edges: Mapping[K, Iterable[K]], task_id: K) -> list[K]:
+    """``task_id`` and every task that waits for it at any depth (``edges``: task ->
+    the tasks it waits for), each after all of its upstreams among them (a
+    topological order; the graph has no cycle). O(tasks + edges)."""
+    below: dict[K, list[K]] = {}
+    for task, ups in edges.items():
+        for up in ups:
+            below.setdefault(up, []).append(task)
+    reached, stack = {task_id}, [task_id]
+    while stack:
+        for task in below.get(stack.pop(), ()):
+            if task not in reached:
+                reached.add(task)
+                stack.append(task)
+    waiting = {t: sum(1 for up in edges.get(t, ()) if up in reached) for t in reached}
+    order, ready = [], [task_id]
+    while ready:
+        task = ready.pop()
+        order.append(task)
+        for nxt in below.get(task, ()):
+            waiting[nxt] -= 1
+            if not waiting[nxt]:
+                ready.append(nxt)
+    return order
+
+
 def cycle_text(path: Sequence[Hashable]) -> str:
     """A cycle for people: ``'a' -> 'b' -> 'a'``."""
     return " -> ".join(repr(step) for step in path)

@@ -104,14 +104,18 @@ class TaskRecord:
         found = None if self.plan is None else latest_slot(self.plan, at)
         if found is None:  # a schedule whose slots cannot be named: the runs it had
             self._load(at - BEFORE_MAX, math.nextafter(at, math.inf))
-        known = [s for s in (*self.ends, *self.pending, self.current) if s is not None]
         origin = None if self.plan is None else self.plan.origin
-        if found is not None and (origin is None or found >= origin):
+        if found is not None and origin is not None and found < origin:
+            self._load(found, math.nextafter(found, math.inf))  # before its first slot: a
+        known = [s for s in (*self.ends, *self.pending, self.current) if s is not None]
+        if found is not None and (origin is None or found >= origin):  # backfilled one
             known.append(found)
         earlier = [slot for slot in known if slot <= at]
         return max(earlier) if earlier else None
 
     def result(self, slot: float) -> str | None:
+        if slot in self.pending:  # (to run again, backfilled: its new end is the one)
+            return None
         if self.fetch is not None and slot not in self.ends:
             self._load(slot, math.nextafter(slot, math.inf))
         ended = self.ends.get(slot)
@@ -119,7 +123,7 @@ class TaskRecord:
             return ended
         if self.finished:
             return "removed"
-        if slot in self.pending or self.current is None or slot >= self.current:
+        if self.current is None or slot >= self.current:
             return None
         return "skipped"  # passed, with no run
 
@@ -278,8 +282,8 @@ class Waits:
             if until is None or until > decided:  # decided again there, in time order
                 plan.waiting = found.waiting
                 plan.nominal = at  # its own time, while its entry says when to look again
-                if until is None:
-                    task.entry = (at, -1, task.entry[2])
+                if until is None:  # (a store's row: due at the end of time, until woken)
+                    task.entry = (LIMIT, -1, task.entry[2])
                 else:
                     task.entry = self.queue.push(until, task.entry[2], plan.priority)
                 return False
@@ -292,11 +296,14 @@ class Waits:
     def _wait_until(self, task: Task, plan: Plan, slot: Time, now: Time) -> Time | None:
         """When a waiting run's time runs out: its deadline, or its task's next slot
         (taken from the schedule into the backlog, where it waits its turn); ``None``
-        if neither comes. Raises what the cursor raises."""
+        if neither comes (an extra run, backfilled, meets no deadline and is no slot's
+        stand-in: it waits until its upstreams end). Raises what the cursor raises."""
+        if plan.extra_runs:
+            return None
         limits = [] if plan.deadline is None else [slot + plan.deadline]
         if plan.backlog:
             limits.append(plan.backlog[0])
-        elif plan.cursor is not None and not plan.extra_runs:
+        elif plan.cursor is not None:
             window = plan.window
             try:
                 nxt = self._following(plan, now, -LIMIT, slot)

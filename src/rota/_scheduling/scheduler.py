@@ -21,7 +21,7 @@ from rota._core.checks import (
     task_plan,
     window,
 )
-from rota._core.deps import upstreams
+from rota._core.deps import downstream_of, upstreams
 from rota._core.engine import Engine
 from rota._core.events import EventKind, Listener
 from rota._core.moves import UPCOMING_MAX, Upcoming, calendared, kept_calendar, recalendared
@@ -578,6 +578,7 @@ class Scheduler:
         end: Time | datetime,
         *,
         overlap: Overlap | None = None,
+        downstream: bool = False,
     ) -> int:
         """Run each slot of a task's schedule in ``[start, end)`` once, oldest first.
 
@@ -598,9 +599,15 @@ class Scheduler:
         ``start``/``end`` that are not times (aware datetimes on an epoch
         clock), ``end < start``, a schedule without slots, or a window of
         more than :data:`BACKFILL_MAX` slots.
+
+        ``downstream``: the tasks that wait for it (``after=``, at any depth) are
+        backfilled too, in dependency order, each backfilled slot waiting for its
+        upstreams' backfilled slots; the count is over all of them.
         """
         low, high = window(self._end(start), self._end(end))
-        return self._table.backfill(task_id, low, high, backfill_overlap(overlap))
+        order = downstream_of(self._table.edges(), task_id) if downstream else [task_id]
+        idle = backfill_overlap(overlap)
+        return sum(self._table.backfill(each, low, high, idle) for each in order)
 
     def cancel(self, task_id: Hashable) -> bool:
         """Cancel a scheduled, queued or running task; it never starts again.

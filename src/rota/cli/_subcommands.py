@@ -229,12 +229,15 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     override = _zone(args.tz)
     now = _now(sched)
-    print(f"{'ID':24} {'STATUS':10} {'NEXT RUN':52} LAST RUN")
-    for entry, e in zip(listed, entries, strict=True):
+    shown = []
+    for e in entries:
         tz = job_zone(e["zone"], override)
         status = f"{e['status']}{' (paused)' if e['paused'] else ''}"
-        if e["waiting_for"]:
-            status = waiting_shown(e["waiting_for"], tz)
+        shown.append(waiting_shown(e["waiting_for"], tz) if e["waiting_for"] else status)
+    width = max([10, *(len(status) for status in shown)])  # a wait says what for
+    print(f"{'ID':24} {'STATUS':{width}} {'NEXT RUN':52} LAST RUN")
+    for entry, e, status in zip(listed, entries, shown, strict=True):
+        tz = job_zone(e["zone"], override)
         why = lateness(entry.info, now)
         late = "" if why is None else f" ({why})"
         if e.get("moved_from") is not None:
@@ -243,7 +246,7 @@ def _status(args: argparse.Namespace) -> int:
         if e["unreadable"]:
             notes.append(f"cannot be read here: {e['unreadable']}")
         last = "; ".join(notes) or "-"
-        print(f"{e['id']:24} {status:10} {time_shown(e['next'], tz) + late:52} {last}")
+        print(f"{e['id']:24} {status:{width}} {time_shown(e['next'], tz) + late:52} {last}")
     return 0
 
 
