@@ -83,6 +83,15 @@ class Source:
         task_id = self.table.find(job_id)
         return [] if task_id is None else self.scheduler.upcoming(task_id, n)
 
+    def neighbours(self, job_id: str) -> tuple[list[str], list[str]]:
+        """The jobs it waits for (``after=``) and the jobs that wait for it, by id,
+        among the unfinished tasks (one read of every task's upstreams)."""
+        edges = self.table.edges()
+        task_id = self.table.find(job_id)
+        ups = [str(up) for up in edges.get(task_id, ())] if task_id is not None else []
+        downs = sorted(str(task) for task, found in edges.items() if task_id in found)
+        return ups, downs
+
     def control(self, operation: str, job_id: str) -> bool | None:
         """Apply one of :data:`OPERATIONS`: whether it applied; ``None`` if unknown id."""
         task_id = self.table.find(job_id)

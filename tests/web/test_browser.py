@@ -219,3 +219,25 @@ def test_a_jobs_page_shows_its_calendar_and_what_it_does_to_the_next_runs(
         assert all("excluded: holiday" in text for text in excluded)
     finally:
         served.stop()
+
+
+def test_a_jobs_page_lists_its_upstream_and_downstream_and_what_a_run_waits_for(
+    cli: Cli, page: Any
+) -> None:
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat(timespec="seconds")
+    cli.write(
+        job("extract", "true", f'every = "1h"\nstart = "{later}"\n')
+        + job("load", "true", HOURLY, 'after = "extract"\n')  # due now: it waits
+    )
+    served = serve_node(cli)
+    try:
+        page.goto(served.url + "jobs/load")
+        page.locator("#job-waiting").wait_for()  # its first slot: no extract slot yet
+        assert "waiting (extract)" in page.locator("#job-waiting").inner_text()
+        assert page.locator(".deps").inner_text() == "After: extract"
+        page.click(".deps a:has-text('extract')")
+        page.locator("h1.job-id:has-text('extract')").wait_for()
+        assert page.locator(".deps").inner_text() == "Before: load"
+        assert page.locator("#job-waiting").count() == 0
+    finally:
+        served.stop()

@@ -49,6 +49,7 @@ from rota.report import (
     ran_at,
     relative,
     time_shown,
+    waiting_shown,
 )
 from rota.store import redacted
 
@@ -318,9 +319,12 @@ class Dashboard:
             }
             for o in runs
         ]
+        ups, downs = self.source.neighbours(job_id)
         return self.page(request, "job.html", {
             "job": self.rows([entry])[0],
             "zone": str(tz),
+            "upstream": ups, "downstream": downs,
+            "waiting": entry.info.waiting_for and waiting_shown(entry.info.waiting_for, tz),
             "upcoming": [_upcoming(u, tz) for u in self.source.upcoming(job_id, UPCOMING)],
             "history": history,
             "chart": _chart(list(reversed(history))),
