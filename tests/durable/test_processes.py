@@ -241,6 +241,7 @@ def test_a_node_killed_holding_an_upstream_run_leaves_no_downstream_slot_early_t
     for o in downs:
         assert o.result == "ok"
         assert o.slot in ups  # the same slot of up ended ok
+        assert o.started is not None
         assert ups[o.slot].finished <= o.started  # and before this one started
     last = max(o.slot for o in downs)
     slots = round((last - start) / 0.3) + 1
