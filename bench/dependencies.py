@@ -29,6 +29,7 @@ import statistics
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from harness import Figure, Run, interleave, save, table, timed
 
 from rota import FixedRate, ManualClock, RunContext, Runner, Scheduler, Upstream
 from rota.durable import DurableScheduler
-from rota.store import SQLiteStore, open_store
+from rota.store import PostgresStore, SQLiteStore, Store
 
 HOUR = 3600.0
 START = 1_800_000_000.0 - 1_800_000_000.0 % 86400  # a midnight UTC
@@ -103,15 +104,14 @@ def draining(shape: Callable[[], Shape], with_after: bool, store: bool) -> Run:
     return lambda: timed(body)
 
 
-def latency(url: str, pairs: int = 150) -> dict[str, float]:
-    """On the store at ``url``, one node: the delay from an upstream's run ending to its
+def latency(store: Store, pairs: int = 150) -> dict[str, float]:
+    """On ``store``, one node: the delay from an upstream's run ending to its
     waiting dependant's start, and from a plain job's slot to its run's start (p50 and
     p99, milliseconds)."""
     ended: dict[float, float] = {}
     woke: dict[float, float] = {}
     plain: list[float] = []
     done = threading.Event()
-    store = open_store(url)
     sched = DurableScheduler(store, poll=0.5)
 
     def upstream(*, run: RunContext) -> None:
@@ -163,10 +163,11 @@ def main() -> None:
             )
     waits: dict[str, dict[str, float]] = {}
     folder = tempfile.mkdtemp()
-    waits["SQLite, 1 node"] = latency(f"sqlite:///{folder}/w.db")
+    waits["SQLite, 1 node"] = latency(SQLiteStore(Path(folder) / "w.db"))
     dsn = os.environ.get("ROTA_PG_DSN")
     if dsn:
-        waits["PostgreSQL, 1 node"] = latency(dsn)
+        prefix = f"bench_deps_{uuid.uuid4().hex[:8]}_"
+        waits["PostgreSQL, 1 node"] = latency(PostgresStore(dsn, prefix=prefix))
     rows = ["| store | pairs | wake-up p50 ms | p99 ms | ordinary p50 ms | p99 ms |",
             "|---|---|---|---|---|---|"]  # fmt: skip
     for where, w in waits.items():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from itertools import pairwise
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rota import FixedRate, ManualClock, Once, Overlap, RunContext, Scheduler, Status, Upstream
@@ -358,54 +359,100 @@ def test_cycles_are_refused_by_schedule_and_update_before_anything_changes(kind:
         sched.schedule("e", FixedRate(10), log("e"), after=[1.5])
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    n=st.integers(2, 6),
-    data=st.data(),
-)
-def test_runs_match_an_oracle_over_random_dags_failures_and_tick_jumps(
-    n: int, data: st.DataObject
-) -> None:
-    """Tasks on one fixed rate, each waiting for the same slot of its upstreams (a random
-    DAG), runs failing at random, ticks jumping over several slots at random. Oracle:
-    a slot runs iff every upstream's same slot ran and ended ok; every other slot is
-    skipped and counted; no downstream run comes before its upstreams' in the log."""
-    ups = {t: data.draw(st.sets(st.integers(0, t - 1), max_size=3)) if t else set()
-           for t in range(n)}  # fmt: skip
-    fails = data.draw(st.sets(st.tuples(st.integers(0, n - 1), st.integers(1, 12))))
-    jumps = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=6))
-    order = data.draw(st.permutations(list(range(n))))
-    clock = ManualClock(0.0)
-    sched = Scheduler(clock=clock, epoch=True)
-    runs: list[tuple[int, int]] = []
+Dag = tuple[dict[int, set[int]], set[tuple[int, int]], list[int], list[int]]
 
-    def action(t: int) -> Any:
+
+@st.composite
+def dags(draw: st.DrawFn) -> Dag:
+    """A random DAG of 2 to 6 tasks (edges to lower ids), failing runs, tick jumps, and
+    the order the tasks are scheduled in."""
+    n = draw(st.integers(2, 6))
+    ups = {t: draw(st.sets(st.integers(0, t - 1), max_size=3)) if t else set()
+           for t in range(n)}  # fmt: skip
+    fails = draw(st.sets(st.tuples(st.integers(0, n - 1), st.integers(1, 12))))
+    jumps = draw(st.lists(st.integers(1, 4), min_size=1, max_size=6))
+    return ups, fails, jumps, draw(st.permutations(list(range(n))))
+
+
+def simulate(sched: Scheduler, clock: ManualClock, dag: Dag) -> tuple[list[Any], list[Any]]:
+    """The DAG's tasks on one fixed rate, each waiting for its upstreams' same slot; the
+    ticks: what ran at each (sorted), and every outcome."""
+    ups, fails, jumps, order = dag
+    runs: list[tuple[str, int]] = []
+
+    def action(t: str) -> Any:
         def run(at: float, *, run: RunContext) -> None:
             runs.append((t, int(run.slot) // 10))
-            if (t, int(run.slot) // 10) in fails:
+            if (int(t), int(run.slot) // 10) in fails:
                 raise RuntimeError("failed")
 
         return run
 
     for t in order:  # scheduled in any order: upstreams may come later
-        sched.schedule(t, FixedRate(10, start=10), action(t), after=[Upstream(u) for u in ups[t]])
-    outcomes = []
+        sched.schedule(str(t), FixedRate(10, start=10), action(str(t)),
+                       after=[Upstream(str(u)) for u in ups[t]])  # fmt: skip
+    ticks, outcomes = [], []
     for jump in jumps:
         clock.advance(10 * jump)
+        done = len(runs)
         outcomes += sched.tick(clock())
+        ticks.append(runs[done:])
+    return ticks, outcomes
+
+
+@settings(max_examples=60, deadline=None)
+@given(dag=dags())
+def test_runs_match_an_oracle_over_random_dags_failures_and_tick_jumps(dag: Dag) -> None:
+    """Runs failing at random, ticks jumping over several slots at random. Oracle: a
+    slot runs iff every upstream's same slot ran and ended ok; every other slot is
+    skipped and counted; no downstream run comes before its upstreams' in the log."""
+    ups, fails, _, _ = dag
+    clock = ManualClock(0.0)
+    ticks, outcomes = simulate(Scheduler(clock=clock, epoch=True), clock, dag)
+    runs = [run for tick in ticks for run in tick]
     last = int(clock()) // 10
     ran: dict[tuple[int, int], bool] = {}
     for k in range(1, last + 1):
-        for t in range(n):
+        for t in range(len(ups)):
             ran[t, k] = all(ran[u, k] and (u, k) not in fails for u in ups[t])
-    assert sorted(runs) == sorted(key for key, did in ran.items() if did)
+    assert sorted(runs) == sorted((str(t), k) for (t, k), did in ran.items() if did)
     assert len(set(runs)) == len(runs)
     for i, (t, k) in enumerate(runs):
-        assert all((u, k) in runs[:i] for u in ups[t])
-    for t in range(n):  # every slot up to its latest run ran, or was skipped and counted
-        mine = [k for u, k in runs if u == t]
-        skipped = sum(o.skipped_by.get("upstream", 0) for o in outcomes if o.task_id == t)
+        assert all((str(u), k) in runs[:i] for u in ups[int(t)])
+    for t in range(len(ups)):  # every slot up to its latest run ran, or was skipped and counted
+        mine = [k for u, k in runs if u == str(t)]
+        skipped = sum(o.skipped_by.get("upstream", 0) for o in outcomes if o.task_id == str(t))
         assert len(mine) + skipped == max(mine, default=0)
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite", "postgres"])
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(dag=dags())
+def test_every_store_runs_what_memory_runs_tick_by_tick(
+    where: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+    dag: Dag,
+) -> None:  # fmt: skip
+    """The same DAG, failures and ticks on a store: the same runs at each tick, the same
+    skips, as in memory."""
+    if where == "postgres":
+        from rota.store import PostgresStore
+
+        prefix = f"{request.getfixturevalue('pg_prefix')}{uuid.uuid4().hex[:6]}_"
+        store: Any = PostgresStore(request.getfixturevalue("pg_dsn"), prefix=prefix,
+                                   clock="caller")  # fmt: skip
+    else:
+        store = make_store(where, request, tmp_path_factory.mktemp("dag"))
+    try:
+        clock = ManualClock(0.0)
+        expected = simulate(Scheduler(clock=clock, epoch=True), clock, dag)
+        clock = ManualClock(0.0)
+        got = simulate(AutoRegistering(store, clock=clock), clock, dag)
+    finally:
+        store.close()
+    assert [sorted(tick) for tick in got[0]] == [sorted(tick) for tick in expected[0]]
+    skips = [sorted((o.task_id, o.at, dict(o.skipped_by)) for o in found) for found in
+             (got[1], expected[1])]  # fmt: skip
+    assert skips[0] == skips[1]
 
 
 def test_backfill_downstream_runs_each_slot_after_its_upstreams_backfilled_slot(

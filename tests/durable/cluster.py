@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from rota import DurableScheduler, FixedRate, Misfire, Overlap, Status
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EFFECT = "tests.durable.jobs:effect"
@@ -245,6 +246,40 @@ class Cluster:
         assert all(str(old.pid) in owners[i] for i in old_ids)
         assert all(str(newer.pid) in owners[i] for i in new_ids)
         assert all(n == 1 for n in self.starts().values())  # no fault: no duplicate start
+
+    def upstream_killed(self) -> None:
+        """``down`` waits for ``up``'s same slot; two workers, the one running an ``up`` run
+        SIGKILLed (its lease taken over): no ``down`` run starts before its ``up`` run
+        ended ok, none runs twice, and every ``down`` slot ran or was counted skipped."""
+        start = time.time() + 0.5
+        self.sched.schedule("up", FixedRate(0.3, start=start), EFFECT, args=[])
+        self.sched.schedule("down", FixedRate(0.3, start=start), EFFECT, args=[], after="up")
+        env = {"LEASE": "1", "EFFECT_SLEEP": "0.1"}
+        workers = [self.spawn(**env) for _ in range(2)]
+        wait_until(lambda: any(key.startswith("up@") for key in self.starts()), timeout=20)
+        time.sleep(0.6)
+        holder = {row.owner for row in self.sched.store.rows() if row.task_id == "up"}
+        victim = next(
+            (w for w in workers if any(str(w.pid) in str(o) for o in holder)), workers[0]
+        )
+        self.kill(victim)
+        self.spawn(**env)
+        time.sleep(3)
+        self.stop_all()
+        store = self.sched.store
+        ups = {o.slot: o for o in store.outcomes("up", 10**6) if o.result == "ok"}
+        downs = store.outcomes("down", 10**6)
+        assert all(n == 1 for n in self.completions().values())  # none twice
+        assert len(downs) >= 5
+        for o in downs:
+            assert o.result == "ok"
+            assert o.slot in ups  # the same slot of up ended ok
+            assert o.started is not None
+            assert ups[o.slot].finished <= o.started  # and before this one started
+        last = max(o.slot for o in downs)
+        slots = round((last - start) / 0.3) + 1
+        skipped = sum(o.skipped for o in downs)
+        assert len(downs) + skipped == slots  # every slot up to the last ran or was counted
 
 
 def _effect() -> None:

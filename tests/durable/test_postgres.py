@@ -397,3 +397,9 @@ def test_the_servers_time_never_goes_back_when_it_is_measured_again(
         assert after >= before
     finally:
         store.close()
+
+
+def test_a_node_killed_holding_an_upstream_run_on_postgresql(nodes: Cluster) -> None:
+    """As on SQLite (``test_processes``): no downstream run before its upstream's, none
+    twice, none lost."""
+    nodes.upstream_killed()

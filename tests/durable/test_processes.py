@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rota import DurableScheduler, FixedRate, Once, Status
+from rota import DurableScheduler, Once, Status
 from rota.calendars import Calendar, Window
 from rota.store import SQLiteStore
 from tests.durable.cluster import EFFECT, Cluster
@@ -217,33 +217,4 @@ def test_a_poison_pill_fails_after_max_expiries_and_the_schedule_goes_on(
 def test_a_node_killed_holding_an_upstream_run_leaves_no_downstream_slot_early_twice_or_lost(
     cluster: Cluster,
 ) -> None:
-    """``down`` waits for ``up``'s same slot; two workers, the one running an ``up`` run
-    SIGKILLed (its lease taken over): no ``down`` run starts before its ``up`` run
-    ended ok, none runs twice, and every ``down`` slot ran or was counted skipped."""
-    start = time.time() + 0.5
-    cluster.sched.schedule("up", FixedRate(0.3, start=start), EFFECT, args=[])
-    cluster.sched.schedule("down", FixedRate(0.3, start=start), EFFECT, args=[], after="up")
-    env = {"LEASE": "1", "EFFECT_SLEEP": "0.1"}
-    workers = [cluster.spawn(**env) for _ in range(2)]
-    wait_until(lambda: any(key.startswith("up@") for key in cluster.starts()), timeout=20)
-    time.sleep(0.6)
-    holder = {row.owner for row in cluster.sched.store.rows() if row.task_id == "up"}
-    victim = next((w for w in workers if any(str(w.pid) in str(o) for o in holder)), workers[0])
-    cluster.kill(victim)
-    cluster.spawn(**env)
-    time.sleep(3)
-    cluster.stop_all()
-    store = cluster.sched.store
-    ups = {o.slot: o for o in store.outcomes("up", 10**6) if o.result == "ok"}
-    downs = store.outcomes("down", 10**6)
-    assert all(n == 1 for n in cluster.completions().values())  # none twice
-    assert len(downs) >= 5
-    for o in downs:
-        assert o.result == "ok"
-        assert o.slot in ups  # the same slot of up ended ok
-        assert o.started is not None
-        assert ups[o.slot].finished <= o.started  # and before this one started
-    last = max(o.slot for o in downs)
-    slots = round((last - start) / 0.3) + 1
-    skipped = sum(o.skipped for o in downs)
-    assert len(downs) + skipped == slots  # every slot up to the last ran or was counted
+    cluster.upstream_killed()

@@ -93,23 +93,22 @@ class MemoryStore(StoreBase):
         self._version += 1
         return results
 
-    def _wake(
-        self, rows: dict[str, TaskRow], written: list[TaskRow], woken: list[tuple[str, Time]]
-    ) -> None:
+    def _wake(self, rows: dict[str, TaskRow], written: list[TaskRow], woken: list[str]) -> None:
         """Keep the index of waiting runs for the rows just ``written``; make those
         waiting for a ``woken`` upstream due at once (as a database store's
         :func:`~rota.store._waits.sync_waits`). O(rows written + runs woken)."""
         for row in written:
             for upstream in waiting_for(row):
                 self._waits.setdefault(upstream, set()).add(row.task_id)
-        for upstream, at in woken:
+        for upstream in woken:
             for task_id in self._waits.pop(upstream, ()):
                 found = rows.get(task_id)
                 if found is None or upstream not in waiting_for(found):
                     continue  # (no longer waits for it: the index is cleaned here)
-                if found.owner is None and found.due is not None and found.due > at:
+                own = found.state.get("nominal", found.due)  # its run's own time
+                if found.owner is None and found.due is not None and found.due > own:
                     new = found.copy()
-                    new.due, new.version = at, found.version + 1
+                    new.due, new.version = own, found.version + 1
                     rows[task_id] = new
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:

@@ -107,7 +107,7 @@ def _migrations(p: str) -> list[list[str]]:
         ],
         [  # the runs that wait for an upstream (see SQLite's step)
             f"CREATE TABLE IF NOT EXISTS {p}waits (upstream text NOT NULL, task_id text NOT "
-            "NULL, PRIMARY KEY (upstream, task_id))",
+            "NULL, at numeric NOT NULL, PRIMARY KEY (upstream, task_id))",
             f"CREATE INDEX IF NOT EXISTS {p}waits_task ON {p}waits (task_id)",
         ],
     ]

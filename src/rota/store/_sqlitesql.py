@@ -71,7 +71,7 @@ def migrations(p: str) -> list[list[str]]:
         ],
         [  # the runs that wait for an upstream (after=), woken when its runs end
             f"CREATE TABLE IF NOT EXISTS {p}waits (upstream TEXT NOT NULL, task_id TEXT NOT "
-            "NULL, PRIMARY KEY (upstream, task_id)) WITHOUT ROWID",
+            "NULL, at NOT NULL, PRIMARY KEY (upstream, task_id)) WITHOUT ROWID",
             f"CREATE INDEX IF NOT EXISTS {p}waits_task ON {p}waits (task_id)",
         ],
     ]

@@ -43,19 +43,17 @@ def waiting_for(row: TaskRow) -> list[str]:
     return [upstream[0] for upstream in spec["after"]] if state.get("waiting") else []
 
 
-def wakes(changes: Iterable[Change[Any] | None]) -> tuple[list[TaskRow], list[tuple[str, Time]]]:
-    """The rows a write wrote, and the tasks whose waiting dependants it wakes, with
-    when: each run that ended for good (its task, at its finish), each task written
-    finished (at its due)."""
+def wakes(changes: Iterable[Change[Any] | None]) -> tuple[list[TaskRow], list[str]]:
+    """The rows a write wrote, and the tasks whose waiting dependants it wakes: each
+    whose run ended for good, each written finished."""
     done = [change for change in changes if change is not None]
     rows = [change.row for change in done if change.row is not None]
     found = [
-        (change.outcome.task_id, change.outcome.finished)
+        change.outcome.task_id
         for change in done
         if change.outcome is not None and change.outcome.result != "retry"
     ]
-    found += [(r.task_id, r.due) for r in rows if r.status in FINISHED]
-    return rows, found
+    return rows, found + [row.task_id for row in rows if row.status in FINISHED]
 
 
 def sync_waits(
@@ -63,37 +61,36 @@ def sync_waits(
     p: str,
     mark: str,
     rows: Iterable[TaskRow],
-    woken: Iterable[tuple[str, Time]],
+    woken: Iterable[str],
     encode: Callable[[Any], Any] = _same,
 ) -> None:
     """Keep a database store's index of waiting runs (``{p}waits``: upstream ->
-    task) for the rows just written (only rows with ``after`` touch it), then wake
-    the waiting runs of the ``woken`` upstreams: due at once (at the earliest of
-    their ends), so a claim decides them again. In the write's transaction: two
-    statements per row with ``after`` (none for the others), and one per
-    :data:`WAKE_CHUNK` upstreams that ended (a group commit's: one)."""
+    task, and the waiting run's own time) for the rows just written (only rows
+    with ``after`` touch it), then wake the waiting runs of the ``woken``
+    upstreams: due at their own time, so a claim decides them again in time order
+    with every other run, as in memory. In the write's transaction: two statements
+    per row with ``after`` (none for the others), and one per :data:`WAKE_CHUNK`
+    upstreams that ended (a group commit's: one)."""
     for row in rows:
         if not isinstance(row.spec, dict) or not row.spec.get("after"):
             continue
         execute(f"DELETE FROM {p}waits WHERE task_id = {mark}", (row.task_id,))
+        at = encode(row.state.get("nominal", row.due))
         for upstream in waiting_for(row):
             execute(
-                f"INSERT INTO {p}waits (upstream, task_id) VALUES ({mark}, {mark}) "
+                f"INSERT INTO {p}waits (upstream, task_id, at) VALUES ({mark}, {mark}, {mark}) "
                 "ON CONFLICT DO NOTHING",
-                (upstream, row.task_id),
+                (upstream, row.task_id, at),
             )
-    found = dict(woken)
-    if not found:
-        return
-    at = encode(min(found.values()))  # due at once, all of them: the earliest end will do
-    ids = sorted(found)
+    ids = sorted(set(woken))
+    own = f"(SELECT min(w.at) FROM {p}waits w WHERE w.task_id = {p}tasks.task_id)"
     for start in range(0, len(ids), WAKE_CHUNK):  # one statement for a group commit's ends
         chunk = ids[start : start + WAKE_CHUNK]
         execute(
-            f"UPDATE {p}tasks SET due = {mark}, version = version + 1 WHERE task_id IN "
+            f"UPDATE {p}tasks SET due = {own}, version = version + 1 WHERE task_id IN "
             f"(SELECT task_id FROM {p}waits WHERE upstream IN ({','.join([mark] * len(chunk))})) "
-            f"AND status = 'scheduled' AND owner IS NULL AND due > {mark}",
-            (at, *chunk, at),
+            f"AND status = 'scheduled' AND owner IS NULL AND due > {own}",
+            chunk,
         )
 
 
