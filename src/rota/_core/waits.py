@@ -105,11 +105,14 @@ class TaskRecord:
         if found is None:  # a schedule whose slots cannot be named: the runs it had
             self._load(at - BEFORE_MAX, math.nextafter(at, math.inf))
         origin = None if self.plan is None else self.plan.origin
-        if found is not None and origin is not None and found < origin:
-            self._load(found, math.nextafter(found, math.inf))  # before its first slot: a
-        known = [s for s in (*self.ends, *self.pending, self.current) if s is not None]
-        if found is not None and (origin is None or found >= origin):  # backfilled one
-            known.append(found)
+        if found is not None and (origin is None or found >= origin):
+            # its schedule's slot, unless one queued ahead of it is later (ended slots
+            # off its schedule, triggered runs', are not slots: not scanned, O(1))
+            known = [s for s in (*self.pending, self.current, found) if s is not None]
+        else:
+            if found is not None:  # before its first slot: a backfilled one, if it ran
+                self._load(found, math.nextafter(found, math.inf))
+            known = [s for s in (*self.ends, *self.pending, self.current) if s is not None]
         earlier = [slot for slot in known if slot <= at]
         return max(earlier) if earlier else None
 
