@@ -126,6 +126,21 @@ def make_store(kind: str, request: Any, tmp_path: Any) -> Store:
     return PostgresStore(dsn, prefix=prefix, clock="caller")
 
 
+WHERE = ["memory", "durable-memory", "durable-sqlite", "durable-postgres"]
+"""Where a test's scheduler keeps its tasks: in memory, or on each store."""
+
+
+def scheduler_on(
+    where: str, request: Any, tmp_path: Any, clock: Any
+) -> tuple[Scheduler, Store | None]:
+    """A scheduler on ``clock`` (an epoch one) in memory or on a fresh store of
+    :data:`WHERE`, and that store (for the caller to close)."""
+    if where == "memory":
+        return Scheduler(clock=clock, epoch=True), None
+    store = make_store(where.removeprefix("durable-"), request, tmp_path)
+    return AutoRegistering(store, clock=clock), store
+
+
 def check_table(sched: Scheduler) -> None:
     """Assert the invariants of the table behind ``sched``: the engine's (in memory)
     or the stored table's (:meth:`rota.durable.StoredTasks.check`)."""

@@ -31,7 +31,7 @@ from rota import (
 )
 from rota.calendars import Calendar, Calendared, Window
 from rota.cron import Cron
-from tests.helpers import AutoRegistering, check_table, make_store
+from tests.helpers import WHERE, check_table, make_store, scheduler_on
 
 NY = "America/New_York"
 ZONE = ZoneInfo(NY)
@@ -42,17 +42,15 @@ def ny(*parts: int) -> int:
     return int(datetime(*parts, tzinfo=ZONE).timestamp())  # type: ignore[arg-type,misc]
 
 
-@pytest.fixture(params=["memory", "durable-memory", "durable-sqlite", "durable-postgres"])
+@pytest.fixture(params=WHERE)
 def sched(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Scheduler]:
     """An epoch scheduler on a manual clock at Monday 2026-12-21 12:00 New York, in
     memory and on every store."""
     clock = ManualClock(ny(2026, 12, 21, 12))
-    if request.param == "memory":
-        yield Scheduler(clock=clock, epoch=True)
-        return
-    store = make_store(request.param.removeprefix("durable-"), request, tmp_path)
-    yield AutoRegistering(store, clock=clock)
-    store.close()
+    made, store = scheduler_on(request.param, request, tmp_path, clock)
+    yield made
+    if store is not None:
+        store.close()
 
 
 class Runs:

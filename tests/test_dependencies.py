@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from rota import FixedRate, ManualClock, Once, Overlap, RunContext, Scheduler, Status, Upstream
 from rota._core.deps import RUN, Verdict, cycle, cycle_text, upstreams, verdict
-from tests.helpers import AutoRegistering, make_store
+from tests.helpers import WHERE, AutoRegistering, make_store, scheduler_on
 
 
 def test_an_upstream_is_a_checked_immutable_value() -> None:
@@ -180,21 +180,20 @@ class Log:
 Make = Callable[[ManualClock], Scheduler]
 
 
-@pytest.fixture(params=["memory", "durable-memory", "durable-sqlite", "durable-postgres"])
+@pytest.fixture(params=WHERE)
 def kind(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Makes a scheduler on a manual clock at 0, in memory or on each store."""
+    """Makes a scheduler on a given manual clock, in memory or on each store."""
     stores: list[Any] = []
 
     def make(clock: ManualClock) -> Scheduler:
-        if request.param == "memory":
-            return Scheduler(clock=clock, epoch=True)
-        store = make_store(request.param.removeprefix("durable-"), request, tmp_path)
+        made, store = scheduler_on(request.param, request, tmp_path, clock)
         stores.append(store)
-        return AutoRegistering(store, clock=clock)
+        return made
 
     yield make
     for store in stores:
-        store.close()
+        if store is not None:
+            store.close()
 
 
 def made(kind: Make, **tasks: tuple[Any, Any]) -> tuple[Scheduler, ManualClock, Log]:

@@ -18,21 +18,18 @@ from rota.cron import Cron
 from rota.durable import DurableScheduler
 from rota.retry import Backoff
 from rota.store import SQLiteStore
-from tests.helpers import AutoRegistering, Collector, make_store
+from tests.helpers import WHERE, Collector, scheduler_on
 
 START = 1_000_000.0
 
 
-@pytest.fixture(params=["memory", "durable-memory", "durable-sqlite", "durable-postgres"])
+@pytest.fixture(params=WHERE)
 def sched(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Scheduler]:
     """A scheduler on a manual clock at :data:`START`, in memory and on every store."""
-    clock = ManualClock(START)
-    if request.param == "memory":
-        yield Scheduler(clock=clock, epoch=True)
-        return
-    store = make_store(request.param.removeprefix("durable-"), request, tmp_path)
-    yield AutoRegistering(store, clock=clock)
-    store.close()
+    made, store = scheduler_on(request.param, request, tmp_path, ManualClock(START))
+    yield made
+    if store is not None:
+        store.close()
 
 
 class Windows:
