@@ -425,7 +425,7 @@ def test_runs_match_an_oracle_over_random_dags_failures_and_tick_jumps(dag: Dag)
 
 
 @pytest.mark.parametrize("where", ["memory", "sqlite", "postgres"])
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(dag=dags())
 def test_every_store_runs_what_memory_runs_tick_by_tick(
     where: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,

@@ -87,9 +87,9 @@ def test_status_shows_a_waiting_run_and_what_it_waits_for(cli: Cli) -> None:
 
 def test_run_runs_a_job_after_its_upstreams_slot(cli: Cli) -> None:
     cli.write(
-        '[[jobs]]\nid = "load"\nevery = "1s"\nafter = "extract"\n'
+        '[[jobs]]\nid = "load"\nevery = "0.4s"\nafter = "extract"\n'
         'command = ["sh", "-c", "echo load $ROTA_SLOT >> $OUT"]\n'
-        '[[jobs]]\nid = "extract"\nevery = "1s"\n'
+        '[[jobs]]\nid = "extract"\nevery = "0.4s"\n'
         'command = ["sh", "-c", "sleep 0.2; echo extract $ROTA_SLOT >> $OUT"]\n'
     )
     proc = cli.start()
