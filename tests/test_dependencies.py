@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from rota import FixedRate, ManualClock, Once, Overlap, RunContext, Scheduler, Status, Upstream
 from rota._core.deps import RUN, Verdict, cycle, cycle_text, upstreams, verdict
-from tests.helpers import WHERE, AutoRegistering, make_store, scheduler_on
+from tests.helpers import WHERE, AutoRegistering, make_store, scheduler_on, wait_until
 
 
 def test_an_upstream_is_a_checked_immutable_value() -> None:
@@ -470,3 +470,68 @@ def test_backfill_downstream_runs_each_slot_after_its_upstreams_backfilled_slot(
         for slot in (50, 60, 70):
             assert order.index((up, slot)) < order.index((task, slot))
     assert sched.backfill("report", 30, 40) == 1  # without downstream: that task alone
+
+
+def test_a_run_parked_while_its_upstreams_end_commits_on_postgresql_is_woken(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Read committed: node b's group commit ends ``extract``@10 and runs its wake-up
+    statement, then waits to commit; node a meanwhile decides ``load``@10 (its
+    upstream still running, as committed) and parks it. The park locks the
+    upstream's row for share, so it commits after b's end, and a's check after its
+    write sees the end: ``load``@10 runs at 10, not at its next slot. Without that
+    lock the wake-up (its snapshot taken before the park) and the check (before the
+    end's commit) both missed the other."""
+    import threading
+
+    import psycopg
+
+    from rota.store import PostgresStore
+
+    dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
+    paused, go = threading.Event(), threading.Event()
+
+    class Pausing(PostgresStore):
+        def _at(self, point: str) -> None:  # b's commit, held before it is sent
+            if point == "completions: results" and not paused.is_set():
+                paused.set()
+                assert go.wait(30)
+
+    clock = ManualClock(0.0)
+    stores = [PostgresStore(dsn, prefix=prefix, clock="caller"),
+              Pausing(dsn, prefix=prefix, clock="caller")]  # fmt: skip
+    a, b = (AutoRegistering(store, clock=clock, lease=100) for store in stores)
+    log = Log()
+    a.schedule("extract", FixedRate(10, start=10), log("extract"))
+    a.schedule("other", FixedRate(10, start=10), log("other"))
+    a.schedule("load", FixedRate(10, start=10), log("load"), after="extract")
+    for name, action in a.auto.items():
+        b.register(name, action)
+    clock.set(10)
+    held = [b.table.claim(10.0, room=1) for _ in "ab"]  # extract, other: running on b
+    assert [t.task_id for t in held if t is not None] == ["extract", "other"]
+    ends = [b._stored._decided(t, None, 10.0, 10.0)[0] for t in held if t is not None]
+    ended = threading.Thread(target=stores[1].modify_many, args=(ends,))
+    parked = threading.Thread(target=a.tick, args=(10.0,))
+    try:
+        ended.start()
+        assert paused.wait(30)  # b: extract's row written, its wake-up run, not committed
+        parked.start()  # a: claims load, finds extract running, parks load@10
+
+        def blocked() -> bool:
+            with psycopg.connect(dsn, autocommit=True) as db:
+                found = db.execute("SELECT count(*) FROM pg_stat_activity "
+                                   "WHERE wait_event_type = 'Lock'").fetchone()  # fmt: skip
+            return found is not None and found[0] > 0
+
+        wait_until(lambda: not parked.is_alive() or blocked(), timeout=30)
+        assert parked.is_alive()  # the park waits for the end's commit
+    finally:
+        go.set()
+        ended.join(30)
+        parked.join(30)
+    a.tick(10.0)
+    assert ("load", 10) in log.runs
+    assert a.info("load").waiting_for == ()  # type: ignore[union-attr]
+    for store in stores:
+        store.close()

@@ -138,7 +138,8 @@ class Triage(HeldRuns):
         meanwhile: an upstream's run that ended between the read this claim decided
         from and the write that parked it woke no one (the index of waiting runs did
         not hold this one yet), so the run is made due now. One read per upstream,
-        and a write only then."""
+        and a write only then. On PostgreSQL this read sees such an end because the
+        park locked the upstreams' rows (``store._waits.sync_waits``'s ``share``)."""
         task = restore(row, never)
         plan = task.plan
         assert plan is not None

@@ -443,7 +443,8 @@ class PostgresStore(StoreBase):
         assert decided.row is not None
         decided.row.seq = found[0]
         self._notify(db, decided.row)
-        sync_waits(db.execute, self._p, "%s", *wakes([decided]), _num)  # (a lone one: after)
+        # (a lone one: after its autocommitted write)
+        sync_waits(db.execute, self._p, "%s", *wakes([decided]), _num, share=True)
         return decided
 
     def _decide_in(self, db: psycopg.Connection[Any], edit: Edit) -> Change[Any] | None:
@@ -463,7 +464,7 @@ class PostgresStore(StoreBase):
             self._seq(db, decided)
             write_row(db.execute, f"{p}tasks", new, row, "%s", _num)
         self._record(db, decided)
-        sync_waits(db.execute, p, "%s", *wakes([decided]), _num)
+        sync_waits(db.execute, p, "%s", *wakes([decided]), _num, share=True)
         return decided
 
     def _seq(self, db: psycopg.Connection[Any], decided: Change[Any]) -> None:

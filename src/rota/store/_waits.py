@@ -63,20 +63,40 @@ def sync_waits(
     rows: Iterable[TaskRow],
     woken: Iterable[str],
     encode: Callable[[Any], Any] = _same,
+    *,
+    share: bool = False,
 ) -> None:
     """Keep a database store's index of waiting runs (``{p}waits``: upstream ->
     task, and the waiting run's own time) for the rows just written (only rows
     with ``after`` touch it), then wake the waiting runs of the ``woken``
     upstreams: due at their own time, so a claim decides them again in time order
     with every other run, as in memory. In the write's transaction: two statements
-    per row with ``after`` (none for the others), and one per :data:`WAKE_CHUNK`
-    upstreams that ended (a group commit's: one)."""
+    per row with ``after`` (none for the others; ``share``: three for a waiting
+    one), and one per :data:`WAKE_CHUNK` upstreams that ended (a group commit's:
+    one).
+
+    ``share`` (a store whose writers run at once, PostgreSQL under read committed)
+    locks a waiting run's upstream rows ``FOR SHARE``, in id order, in the
+    transaction that parks it. An upstream's end updates its row before its
+    wake-up statement, which reads a snapshot of its own: either the park's lock
+    came first, so the update waits for the park's commit and the wake-up sees the
+    parked run; or the update came first, so the park's commit waits for the end's
+    and the parking node's check after its write (``Triage``) sees the end. Without
+    it a wake-up whose snapshot was taken before the park's commit, in an end that
+    committed after that check, woke no one."""
     for row in rows:
         if not isinstance(row.spec, dict) or not row.spec.get("after"):
             continue
         execute(f"DELETE FROM {p}waits WHERE task_id = {mark}", (row.task_id,))
         at = encode(row.state.get("nominal", row.due))
-        for upstream in waiting_for(row):
+        upstreams = sorted(set(waiting_for(row)))
+        if share and upstreams:
+            execute(
+                f"SELECT 1 FROM {p}tasks WHERE task_id IN ({','.join([mark] * len(upstreams))}) "
+                "ORDER BY task_id FOR SHARE",
+                upstreams,
+            )
+        for upstream in upstreams:
             execute(
                 f"INSERT INTO {p}waits (upstream, task_id, at) VALUES ({mark}, {mark}, {mark}) "
                 "ON CONFLICT DO NOTHING",
