@@ -30,10 +30,10 @@ DEDUPES = {"celery": False, "rq": True, "dramatiq": False, "arq": True}
 
 
 @pytest.mark.parametrize("target", sorted(NAMES))
-def test_three_nodes_hand_each_of_2000_slots_to_a_real_worker_once(
+def test_three_nodes_hand_each_of_1000_slots_to_a_real_worker_once(
     target: str, redis_url: str, pg_dsn: str, pg_prefix: str, tmp_path: Path
 ) -> None:
-    """20 tasks of 100 slots each, due at once, run by 3 node processes on one
+    """20 tasks of 50 slots each, due at once, run by 3 node processes on one
     PostgreSQL, one of them SIGKILLed midway: every slot is recorded once and reaches
     the queue's own worker, with its key. Duplicates (Celery, Dramatiq) are only of
     slots the killed node had in flight: taken over and recorded by another node.
@@ -43,23 +43,23 @@ def test_three_nodes_hand_each_of_2000_slots_to_a_real_worker_once(
 
     store = PostgresStore(pg_dsn, prefix=pg_prefix)
     sched = DurableScheduler(store)
-    start = float(int(time.time()) - 100 * 60)  # 100 slots, every minute, all past
+    start = float(int(time.time()) - 50 * 60)  # 50 slots, every minute, all past
     call = handoff.message(target, NAMES[target], broker="tests", args=[7])
     try:
         for i in range(20):
             sched.schedule(f"job{i:02}", FixedRate(60, start=start), handoff.publish,
-                           kwargs=call, end=start + 99 * 60)  # fmt: skip
+                           kwargs=call, end=start + 49 * 60)  # fmt: skip
         killed = f":{run_three_nodes_killing_one(sched, pg_prefix, redis_url)}:"
         history = [o for i in range(20) for o in sched.history(f"job{i:02}", 200)]
         recorded = Counter((o.task_id, o.slot) for o in history)
-        assert len(recorded) == 2000
+        assert len(recorded) == 1000
         assert set(recorded.values()) == {1}  # each slot recorded once
         assert len({o.owner for o in history}) >= 2  # the nodes shared the work
         survivors = {f"{o.task_id}@{o.slot!r}" for o in history if killed not in (o.owner or "")}
-        assert len(survivors) < 2000  # the killed node had recorded runs of its own
+        assert len(survivors) < 1000  # the killed node had recorded runs of its own
     finally:
         store.close()
-    again = [("job00", start), ("job07", start + 60), ("job19", start + 99 * 60)]
+    again = [("job00", start), ("job07", start + 60), ("job19", start + 49 * 60)]
     handoff.register_broker("tests", redis_url)
     for task_id, at in again:  # a re-publish, with the slot's key
         handoff.publish(**call, run=RunContext(task_id, at, at, 0, 9, 1))
@@ -67,7 +67,7 @@ def test_three_nodes_hand_each_of_2000_slots_to_a_real_worker_once(
     worker = Worker(target, redis_url, tmp_path / "runs.db")
     twice = {f"{task}@{at!r}" for task, at in again}
     try:
-        worker.wait_for(2000, timeout=300)
+        worker.wait_for(1000, timeout=300)
         if not DEDUPES[target]:
             wait_until(lambda: all(worker.keys()[key] > 1 for key in twice), 60)
         time.sleep(1)  # a second message, had the queue taken one, would have run
@@ -98,8 +98,8 @@ def run_three_nodes_killing_one(sched: DurableScheduler, prefix: str, redis_url:
         for _ in range(3)
     ]
     try:
-        # about 600 runs recorded (the nodes claim the 20 tasks' slots in time order)
-        wait_until(lambda: len(sched.history("job00", 200)) >= 30, 300)
+        # about 300 runs recorded (the nodes claim the 20 tasks' slots in time order)
+        wait_until(lambda: len(sched.history("job00", 200)) >= 15, 300)
         owners = " ".join(o.owner or "" for o in sched.history("job00", 200))
         victim = next(node for node in nodes if f":{node.pid}:" in owners)  # one that ran
         victim.send_signal(signal.SIGKILL)  # runs claimed, maybe published, unrecorded

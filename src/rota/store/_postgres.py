@@ -443,8 +443,7 @@ class PostgresStore(StoreBase):
         assert decided.row is not None
         decided.row.seq = found[0]
         self._notify(db, decided.row)
-        # (a lone one: after its autocommitted write)
-        sync_waits(db.execute, self._p, "%s", *wakes([decided]), _num, share=True)
+        sync_waits(db.execute, self._p, "%s", *wakes([decided]), _num, share=True)  # (after)
         return decided
 
     def _decide_in(self, db: psycopg.Connection[Any], edit: Edit) -> Change[Any] | None:
