@@ -535,3 +535,43 @@ def test_a_run_parked_while_its_upstreams_end_commits_on_postgresql_is_woken(
     assert a.info("load").waiting_for == ()  # type: ignore[union-attr]
     for store in stores:
         store.close()
+
+
+def test_a_node_idle_until_its_next_poll_starts_a_run_woken_on_another_node_at_once(
+    request: pytest.FixtureRequest,
+) -> None:
+    """PostgreSQL, two real nodes (``Runner``s) polling every 30 s: ``up`` runs on one,
+    ``down`` (after it) on the other, both hourly. The end of ``up`` wakes ``down``
+    and notifies the nodes, and the other node hears it though another write's
+    notice had woken it a moment before: ``down`` starts within seconds, not at the
+    other node's next poll."""
+    import threading
+    import time
+
+    from rota import Runner
+    from rota.durable import DurableScheduler
+    from rota.store import PostgresStore
+
+    dsn, prefix = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_prefix")
+    ended: list[float] = []
+    started = threading.Event()
+    a, b = (DurableScheduler(PostgresStore(dsn, prefix=prefix), poll=30, lease=90)
+            for _ in "ab")  # fmt: skip
+
+    def up(*, run: RunContext) -> None:  # a write the other node hears, then the end
+        a.schedule_once("noise", time.time() + 0.5, "noise", args=())
+        time.sleep(0.3)
+        ended.append(time.time())
+
+    a.register("up", up)
+    a.register("noise", lambda: None)
+    b.register("down", lambda: started.set())
+    first = time.time() + 1
+    a.schedule("up", FixedRate(3600, start=first), "up", args=())
+    b.schedule("down", FixedRate(3600, start=first), "down", args=(), after="up")
+    with Runner(a), Runner(b):
+        assert started.wait(15)  # the other node's next poll: 30 s away
+    assert ended
+    assert [o.result for o in b.history("down")] == ["ok"]
+    for sched in (a, b):
+        sched.store.close()

@@ -25,6 +25,14 @@ STALLED = 2.0
 """Seconds a transaction on a server store must have run, at least, before the other
 nodes end its session as a frozen node's (the lease, if longer)."""
 
+LISTEN_SLICE = 0.5
+"""Seconds the keeper listens for changes (or waits) at most before it looks whether
+it is stopped: ``stop()`` returns within about that, whatever the ``poll``."""
+
+HEARD_PACE = 0.002
+"""Seconds the keeper waits, at most, after a change it heard before it listens again:
+bounds its reads of the head (one each loop) in a burst of other nodes' writes."""
+
 
 class Keeper(Completions):
     """While runners drive the table (``_users`` of them), the keeper thread
@@ -116,14 +124,21 @@ class Keeper(Completions):
         # own, so that no lease waits for it
         self._thread(self._warn_unknown, "rota-actions").start()
         interval = min(self._poll, beat_every)
+        heard: int | None = None
+        looked = -float("inf")  # monotonic: the last look at the head
         while not self._keeper_stop.is_set():
-            began = time.monotonic()
+            # At most LISTEN_SLICE at a time, so that a stop is seen soon whatever the poll
+            asked = max(0.0, min(looked + interval - time.monotonic(), LISTEN_SLICE))
+            began, seen = time.monotonic(), heard
             try:
-                # Blocks up to `interval` on a store that hears of changes (PostgreSQL's
+                # Blocks up to `asked` on a store that hears of changes (PostgreSQL's
                 # LISTEN): another node's write wakes this one at once.
-                self._store.changes(interval)
-                now = _validate.time_from("the clock", self._clock())
+                seen = self._store.changes(asked)
                 mono = time.monotonic()
+                if seen == heard and mono < looked + interval:
+                    continue  # nothing heard, no poll due (the finally paces the loop)
+                looked = mono
+                now = _validate.time_from("the clock", self._clock())
                 if last_read is not None:
                     self._check_step(now - last_read[0] - (mono - last_read[1]), now)
                 last_read = (now, mono)
@@ -132,14 +147,23 @@ class Keeper(Completions):
                     last_beat = mono
                     self._store.beat(self._node, self.store_time(now), self._lease)
                     self._end_stalled()
-                # The head, every poll (one indexed read): a write another node made
-                # for later is not notified, and nothing else would tell this one
+                # The head, every poll and on every change heard (one indexed read): a
+                # write another node made for later is not notified, and nothing else
+                # would tell this one
                 head = self.wake_time()
                 if head is not None:
                     self.wake(head)
             except Exception:
                 logger.exception("heartbeat failed; retrying")
-            self._keeper_stop.wait(max(0.0, interval - (time.monotonic() - began)))
+                looked = time.monotonic()  # (after a poll's time)
+            finally:
+                # Paced: a polled store answers at once, so the rest of what was asked
+                # is waited out here; after a change heard, back to listening almost at
+                # once: a write in the rest of the interval (a run woken by its
+                # upstream's end, say) would wait for the next poll otherwise.
+                rest = asked - (time.monotonic() - began) if seen == heard else HEARD_PACE
+                heard = seen
+                self._keeper_stop.wait(max(0.0, rest))
 
     def _end_stalled(self) -> None:
         """A node frozen inside a transaction holds its rows until it wakes, whatever

@@ -197,6 +197,16 @@ def _returning() -> str:
     return ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
 
 
+def recorded_in(db: psycopg.Connection[Any], prefix: str, outcome: OutcomeRow) -> bool:
+    """Whether ``outcome`` is stored (by its key: task, slot, attempt, fence): one read."""
+    found = db.execute(
+        f"SELECT 1 FROM {prefix}outcomes WHERE task_id = %s AND slot = %s AND attempt = %s "
+        "AND fence = %s",
+        (outcome.task_id, _num(outcome.slot), outcome.attempt, outcome.fence),
+    ).fetchone()
+    return found is not None
+
+
 def _known(known: Known) -> tuple[str, list[Any]]:
     """The SQL condition for "a run this node may claim" (:class:`Known`), and its
     parameters."""

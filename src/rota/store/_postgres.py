@@ -74,14 +74,12 @@ from ._pgsql import (
     _time,
     end_stalled_in,
     prune_in,
+    recorded_in,
     shown_url,
     stored_version,
     upgrade,
 )
-from ._schema import (
-    DEFAULT_PREFIX,
-    is_current,
-)
+from ._schema import DEFAULT_PREFIX, is_current
 from ._waits import ended_rows, ended_sql, sync_waits, wakes
 
 
@@ -391,19 +389,10 @@ class PostgresStore(StoreBase):
         outcome = recorded[0].outcome
         assert outcome is not None
         try:
-            found = (
-                self._db()
-                .execute(
-                    f"SELECT 1 FROM {self._p}outcomes WHERE task_id = %s AND slot = %s "
-                    "AND attempt = %s AND fence = %s",
-                    (outcome.task_id, _num(outcome.slot), outcome.attempt, outcome.fence),
-                )
-                .fetchone()
-            )
+            if not recorded_in(self._db(), self._p, outcome):
+                return None
         except psycopg.OperationalError:
             self._drop_current()
-            return None
-        if found is None:
             return None
         return [e.expect[1] if e.expect is not None else None for e in edits]
 
@@ -443,7 +432,7 @@ class PostgresStore(StoreBase):
         assert decided.row is not None
         decided.row.seq = found[0]
         self._notify(db, decided.row)
-        sync_waits(db.execute, self._p, "%s", *wakes([decided]), _num, share=True)  # (after)
+        self._sync_waits(db, [decided])  # (after)
         return decided
 
     def _decide_in(self, db: psycopg.Connection[Any], edit: Edit) -> Change[Any] | None:
@@ -463,8 +452,16 @@ class PostgresStore(StoreBase):
             self._seq(db, decided)
             write_row(db.execute, f"{p}tasks", new, row, "%s", _num)
         self._record(db, decided)
-        sync_waits(db.execute, p, "%s", *wakes([decided]), _num, share=True)
+        self._sync_waits(db, [decided])
         return decided
+
+    def _sync_waits(self, db: psycopg.Connection[Any], decided: list[Change[Any]]) -> None:
+        """The index of waiting runs and the wake-ups of ``decided``'s write
+        (:func:`~rota.store._waits.sync_waits`), the parks' upstreams locked for share
+        and the other nodes notified of a run woken."""
+        rows, woken = wakes(decided)
+        sync_waits(db.execute, self._p, "%s", rows, woken, _num, share=True,
+                   notify=self._channel)  # fmt: skip
 
     def _seq(self, db: psycopg.Connection[Any], decided: Change[Any]) -> None:
         new = decided.row

@@ -65,6 +65,7 @@ def sync_waits(
     encode: Callable[[Any], Any] = _same,
     *,
     share: bool = False,
+    notify: str | None = None,
 ) -> None:
     """Keep a database store's index of waiting runs (``{p}waits``: upstream ->
     task, and the waiting run's own time) for the rows just written (only rows
@@ -83,7 +84,11 @@ def sync_waits(
     parked run; or the update came first, so the park's commit waits for the end's
     and the parking node's check after its write (``Triage``) sees the end. Without
     it a wake-up whose snapshot was taken before the park's commit, in an end that
-    committed after that check, woke no one."""
+    committed after that check, woke no one.
+
+    ``notify`` (PostgreSQL: the channel nodes ``LISTEN`` on) is notified, at commit,
+    by a wake-up that woke a run, so that another node idle until later claims it at
+    once rather than at its next poll (in the same statement)."""
     for row in rows:
         if not isinstance(row.spec, dict) or not row.spec.get("after"):
             continue
@@ -106,12 +111,19 @@ def sync_waits(
     own = f"(SELECT min(w.at) FROM {p}waits w WHERE w.task_id = {p}tasks.task_id)"
     for start in range(0, len(ids), WAKE_CHUNK):  # one statement for a group commit's ends
         chunk = ids[start : start + WAKE_CHUNK]
-        execute(
+        wake = (
             f"UPDATE {p}tasks SET due = {own}, version = version + 1 WHERE task_id IN "
             f"(SELECT task_id FROM {p}waits WHERE upstream IN ({','.join([mark] * len(chunk))})) "
-            f"AND status = 'scheduled' AND owner IS NULL AND due > {own}",
-            chunk,
+            f"AND status = 'scheduled' AND owner IS NULL AND due > {own}"
         )
+        if notify is None:
+            execute(wake, chunk)
+        else:
+            execute(
+                f"WITH woken AS ({wake} RETURNING 1) SELECT pg_notify({mark}, '') "
+                "WHERE EXISTS (SELECT 1 FROM woken)",
+                [*chunk, notify],
+            )
 
 
 WAKE_CHUNK = 512
