@@ -13,12 +13,13 @@ In memory (``Scheduler.tick``), and on SQLite through ``DurableScheduler.tick``
 (one commit per run), a run and its decision per op.
 
 Wake-up latency: on SQLite and, when ``ROTA_PG_DSN`` is set, PostgreSQL, one node
-(a ``Runner``): a downstream job waits for an upstream of the same slot every
-0.2 s; the delay from the upstream's run ending to the downstream's start, p50 and
-p99, beside the runner's ordinary delay from a slot to its run's start (the same
-node, a job without ``after``).
+process and three (each a ``Runner`` on the same store): a downstream job waits
+for an upstream of the same slot every 0.2 s; the delay from the upstream's run
+ending (before its commit) to the downstream's start, p50 and p99, beside the
+ordinary delay from a slot to its run's start (the same nodes, a job without
+``after``), and how many dependants started on another node than their upstream.
 
-Usage: ``python bench/dependencies.py`` (about a minute); writes
+Usage: ``python bench/dependencies.py`` (about three minutes); writes
 ``bench/results/dependencies.md`` and ``dependencies.json``.
 """
 
@@ -26,8 +27,9 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -36,7 +38,7 @@ from typing import Any
 
 from harness import Figure, Run, interleave, save, table, timed
 
-from rota import FixedRate, ManualClock, RunContext, Runner, Scheduler, Upstream
+from rota import FixedRate, ManualClock, Scheduler, Upstream
 from rota.durable import DurableScheduler
 from rota.store import PostgresStore, SQLiteStore, Store
 
@@ -104,40 +106,83 @@ def draining(shape: Callable[[], Shape], with_after: bool, store: bool) -> Run:
     return lambda: timed(body)
 
 
-def latency(store: Store, pairs: int = 150) -> dict[str, float]:
-    """On ``store``, one node: the delay from an upstream's run ending to its
-    waiting dependant's start, and from a plain job's slot to its run's start (p50 and
-    p99, milliseconds)."""
-    ended: dict[float, float] = {}
-    woke: dict[float, float] = {}
-    plain: list[float] = []
-    done = threading.Event()
-    sched = DurableScheduler(store, poll=0.5)
+def elsewhere() -> None:
+    """The wake-up jobs' actions as this process knows them: it only schedules them,
+    the node processes run them."""
 
-    def upstream(*, run: RunContext) -> None:
-        time.sleep(0.01)  # the upstream runs a little: its dependant waits for it
-        ended[run.slot] = time.time()
 
-    def downstream(*, run: RunContext) -> None:
-        woke[run.slot] = time.time()
-        if len(woke) >= pairs:
-            done.set()
+NODE = """
+import os, sys, time
+from rota import RunContext, Runner
+from rota.durable import DurableScheduler
+from rota.store import PostgresStore, SQLiteStore
+kind, where, out = sys.argv[1:4]
+store = SQLiteStore(where) if kind == "sqlite" else PostgresStore(os.environ["ROTA_PG_DSN"],
+                                                                    prefix=where)
+sched = DurableScheduler(store, poll=0.5)
+fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+def note(what, slot):  # one write of a short line: whole, whatever the other nodes write
+    os.write(fd, f"{what} {slot!r} {time.time()!r} {os.getpid()}\\n".encode())
+def up(*, run: RunContext) -> None:
+    time.sleep(0.01)  # the upstream runs a little: its dependant waits for it
+    note("ended", run.slot)
+actions = {"up": up, "down": lambda *, run: note("woke", run.slot),
+           "beside": lambda *, run: note("beside", run.slot)}
+for name in sys.argv[4].split(","):  # the jobs this node runs (it claims no other)
+    sched.register(name, actions[name])
+with Runner(sched):
+    print("ready", flush=True)
+    sys.stdin.readline()  # stop
+"""
+"""A node of the wake-up measurement: ``python -c NODE sqlite|pg FILE|PREFIX OUT JOBS``
+(``JOBS``: ``up,down,beside`` or some of them, the actions it knows), running until
+its stdin gives a line; each run appends ``what slot time pid`` to OUT."""
 
-    def beside(*, run: RunContext) -> None:
-        plain.append(time.time() - run.slot)
 
-    sched.register("up", upstream)
-    sched.register("down", downstream)
-    sched.register("beside", beside)
-    first = time.time() + 1
-    sched.schedule("down", FixedRate(0.2, start=first), "down", args=(), after="up")
-    sched.schedule("up", FixedRate(0.2, start=first), "up", args=())
-    sched.schedule("beside", FixedRate(0.2, start=first + 0.1), "beside", args=())
-    with Runner(sched):
-        done.wait(pairs * 0.2 + 30)
-    store.close()
-    delays = sorted(1000 * (woke[s] - ended[s]) for s in woke if s in ended)
-    ordinary = sorted(1000 * d for d in plain)
+def latency(kind: str, where: str, nodes: list[str], pairs: int = 150) -> dict[str, float]:
+    """On one store (``kind`` ``"sqlite"``: ``where`` a file; ``"pg"``: a table prefix)
+    shared by node processes (each a ``Runner``; ``nodes``: the jobs each runs, as
+    :data:`NODE` takes them): the delay from an
+    upstream's run ending (before its commit) to its waiting dependant's start, and
+    from a plain job's slot to its run's start (p50 and p99, milliseconds); and the
+    share of dependants that started on another node than their upstream."""
+    out = Path(tempfile.mkdtemp()) / "runs"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", NODE, kind, where, str(out), jobs], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for jobs in nodes
+    ]  # fmt: skip
+    store: Store = SQLiteStore(where) if kind == "sqlite" else PostgresStore(PG, prefix=where)
+    sched = DurableScheduler(store)
+    for name in ("up", "down", "beside"):
+        sched.register(name, elsewhere)
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        first = time.time() + 1
+        sched.schedule("down", FixedRate(0.2, start=first), "down", args=(), after="up")
+        sched.schedule("up", FixedRate(0.2, start=first), "up", args=())
+        sched.schedule("beside", FixedRate(0.2, start=first + 0.1), "beside", args=())
+        deadline = time.monotonic() + pairs * 0.2 + 30
+        runs: dict[str, dict[float, tuple[float, str]]] = {"ended": {}, "woke": {}, "beside": {}}
+        while len(runs["woke"]) < pairs and time.monotonic() < deadline:
+            time.sleep(0.2)
+            runs = {"ended": {}, "woke": {}, "beside": {}}
+            for line in out.read_text().splitlines() if out.exists() else []:
+                what, slot, at, pid = line.split()
+                runs[what][float(slot)] = (float(at), pid)
+        for job in ("down", "up", "beside"):
+            sched.cancel(job)
+    finally:
+        for proc in procs:
+            proc.communicate("\n", timeout=60)
+        store.close()
+    ended, woke = runs["ended"], runs["woke"]
+    delays = sorted(1000 * (woke[s][0] - ended[s][0]) for s in woke if s in ended)
+    ordinary = sorted(1000 * (at - slot) for slot, (at, _) in runs["beside"].items())
+    across = sum(woke[s][1] != ended[s][1] for s in woke if s in ended)
 
     def pct(values: list[float], q: float) -> float:
         return values[min(len(values) - 1, int(q * len(values)))]
@@ -146,7 +191,12 @@ def latency(store: Store, pairs: int = 150) -> dict[str, float]:
         "wake p50 ms": pct(delays, 0.5), "wake p99 ms": pct(delays, 0.99),
         "ordinary p50 ms": pct(ordinary, 0.5), "ordinary p99 ms": pct(ordinary, 0.99),
         "pairs": float(len(delays)), "median ms": statistics.median(delays),
+        "across": across / len(delays),
     }  # fmt: skip
+
+
+PG = os.environ.get("ROTA_PG_DSN", "")
+"""The PostgreSQL server of the wake-up measurement (``make bench`` starts one)."""
 
 
 def main() -> None:
@@ -162,18 +212,24 @@ def main() -> None:
                 },
             )
     waits: dict[str, dict[str, float]] = {}
-    folder = tempfile.mkdtemp()
-    waits["SQLite, 1 node"] = latency(SQLiteStore(Path(folder) / "w.db"))
-    dsn = os.environ.get("ROTA_PG_DSN")
-    if dsn:
-        prefix = f"bench_deps_{uuid.uuid4().hex[:8]}_"
-        waits["PostgreSQL, 1 node"] = latency(PostgresStore(dsn, prefix=prefix))
-    rows = ["| store | pairs | wake-up p50 ms | p99 ms | ordinary p50 ms | p99 ms |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
+    every = "up,down,beside"
+    for name, nodes in (
+        ("1 node", [every]),
+        ("3 nodes", [every] * 3),
+        ("3 nodes, down on the other two", ["up", "down,beside", "down,beside"]),
+    ):
+        file = str(Path(tempfile.mkdtemp()) / "w.db")
+        waits[f"SQLite, {name}"] = latency("sqlite", file, nodes)
+        if PG:
+            prefix = f"bench_deps_{uuid.uuid4().hex[:8]}_"
+            waits[f"PostgreSQL, {name}"] = latency("pg", prefix, nodes)  # fmt: skip
+    rows = ["| store | pairs | wake-up p50 ms | p99 ms | ordinary p50 ms | p99 ms "
+            "| woken on another node |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for where, w in waits.items():
         rows.append(
             f"| {where} | {w['pairs']:.0f} | {w['wake p50 ms']:.1f} | {w['wake p99 ms']:.1f} "
-            f"| {w['ordinary p50 ms']:.1f} | {w['ordinary p99 ms']:.1f} |"
+            f"| {w['ordinary p50 ms']:.1f} | {w['ordinary p99 ms']:.1f} "
+            f"| {100 * w['across']:.0f} % |"
         )
     markdown = table(figures, ["none"]) + "\n\nWake-up latency:\n\n" + "\n".join(rows) + "\n"
     save("dependencies", "python bench/dependencies.py", figures, {"wake": waits}, markdown)
