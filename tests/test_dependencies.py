@@ -1,4 +1,4 @@
-"""Dependencies between tasks (issue 45, in progress): the condition as a value, what
+"""Dependencies between tasks (issue 45): the condition as a value, what
 ``after=`` takes, and the cycle check against a reachability oracle."""
 
 from __future__ import annotations
