@@ -1,5 +1,7 @@
 """Dependencies between tasks (issue 45): the condition as a value, what
-``after=`` takes, and the cycle check against a reachability oracle."""
+``after=`` takes, cycles against a reachability oracle, waiting, waking and skipping
+in memory and on every store (against memory, tick by tick), and two nodes on
+PostgreSQL (a wake-up raced by a park, a wake-up across nodes)."""
 
 from __future__ import annotations
 
@@ -565,7 +567,7 @@ def test_a_node_idle_until_its_next_poll_starts_a_run_woken_on_another_node_at_o
 
     a.register("up", up)
     a.register("noise", lambda: None)
-    b.register("down", lambda: started.set())
+    b.register("down", started.set)
     first = time.time() + 1
     a.schedule("up", FixedRate(3600, start=first), "up", args=())
     b.schedule("down", FixedRate(3600, start=first), "down", args=(), after="up")
