@@ -11,12 +11,16 @@ rules are decided there, once.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any, NamedTuple
 
 from rota import Scheduler, Upcoming
 from rota._scheduling.reads import Entry
 from rota.report import status_entry
-from rota.store import NodeRow, OutcomeRow
+from rota.store import AuditRow, Ledger, MemoryLedger, NodeRow, OutcomeRow, redacted
+
+log = logging.getLogger("rota.audit")
 
 OPERATIONS = ("pause", "resume", "trigger", "cancel")
 """The controls a dashboard or the HTTP API may apply, as the command's subcommands."""
@@ -50,6 +54,9 @@ class Source:
         """What the source is, for titles: its store with any password ``***``."""
         self.durable = self.table.leases
         """Whether its tasks are in a store (runs hold leases, nodes beat)."""
+        store = getattr(scheduler, "store", None)
+        self.ledger: Ledger = store.ledger if store is not None else MemoryLedger()
+        """Its store's ledger (settings, the audit log); one of this process in memory."""
 
     def entries(self, *, after: str | None = None, limit: int | None = None) -> list[Entry]:
         """Every known task with its latest outcome, by id; with ``after``/``limit``,
@@ -99,6 +106,21 @@ class Source:
             return None
         applied: bool = getattr(self.scheduler, operation)(task_id)
         return applied
+
+    def audit(
+        self, who: str, action: str, job: str | None, note: str | None, applied: bool
+    ) -> None:
+        """Store a control action in the audit log (a failure to is logged: the action
+        is done)."""
+        try:
+            self.ledger.audit(AuditRow(time.time(), who, action, job, note, applied))
+        except Exception as exc:
+            log.error("%s %r by %s not stored in the audit log: %s", action, job, who,
+                      redacted(str(exc)))  # fmt: skip
+
+    def audit_log(self, job: str | None, limit: int) -> list[AuditRow]:
+        """The latest ``limit`` control actions (on ``job`` only, if given), newest first."""
+        return self.ledger.audits(job, limit)
 
     def leases(self) -> list[Lease]:
         """The runs nodes hold now (none in memory: runs hold no lease)."""

@@ -21,7 +21,7 @@ from rota.schedules import FixedDelay, FixedRate, Once, Schedule
 
 if TYPE_CHECKING:  # the command's plan needs neither
     from rota.durable import Entry
-    from rota.store import OutcomeRow
+    from rota.store import AuditRow, OutcomeRow
 
 
 def local_zone() -> tzinfo:
@@ -92,7 +92,8 @@ def ran_at(last: OutcomeRow) -> float:
 def status_entry(entry: Entry) -> dict[str, Any]:
     """One task as ``rota status --json`` and ``GET /api/jobs`` show it: the pinned
     ``id``, ``status``, ``paused``, ``next``, then ``last`` (result), ``last_at``
-    (its run's slot), ``last_started`` (when it ran), ``unreadable`` and ``zone``.
+    (its run's slot), ``last_started`` (when it ran), ``unreadable``, ``zone``,
+    ``waiting_for`` and ``tags``.
     O(1)."""
     info, latest, unreadable, zone_name = entry.info, entry.last, entry.unreadable, entry.zone
     return {
@@ -106,6 +107,7 @@ def status_entry(entry: Entry) -> dict[str, Any]:
         "unreadable": unreadable,
         "zone": zone_name,
         "waiting_for": list(info.waiting_for),
+        "tags": list(entry.tags),
     }
 
 
@@ -120,6 +122,13 @@ def history_entry(o: OutcomeRow) -> dict[str, Any]:
         "skipped": o.skipped, "skipped_by": dict(o.skips()), "owner": o.owner,
         "output": o.value,
     }  # fmt: skip
+
+
+def audit_entry(row: AuditRow) -> dict[str, Any]:
+    """One control action as ``rota audit --json`` and ``GET /api/audit`` show it:
+    ``at``, ``who``, ``action``, ``job``, ``note``, ``applied``. O(1)."""
+    return {"at": row.at, "who": row.who, "action": row.action, "job": row.job,
+            "note": row.note, "applied": row.applied}  # fmt: skip
 
 
 def decided(scheduler: Any, task_id: object) -> list[Upcoming]:

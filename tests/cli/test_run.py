@@ -110,7 +110,7 @@ def test_status_lists_a_row_it_cannot_read_and_says_why(cli: Cli) -> None:
     cli.write(f'[[jobs]]\nid = "bad"\nevery = "1h"\n{RECORD}\n'
               f'[[jobs]]\nid = "good"\nevery = "1h"\n{RECORD}\n')  # fmt: skip
     proc = cli.start()
-    cli.wait(lambda: cli("status").returncode == 0 and cli("status").stdout.count("\n") == 3)
+    cli.wait(lambda: cli("status").returncode == 0 and cli("status").stdout.count("\n") == 4)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     with sqlite3.connect(cli.dir / "state.db") as db:

@@ -37,6 +37,8 @@ class Entry(NamedTuple):
     """How many times a lease of its runs ran out and the run was taken over."""
     due: Time | None = None
     """The time of its current run (while one is held: the run the lease is for)."""
+    tags: tuple[str, ...] = ()
+    """Its labels (``ensure(..., tags=)``, a job file's ``tags``), sorted."""
 
 
 class OutcomeLog:

@@ -33,12 +33,14 @@ from ._common import CliError
 from ._secrets import ScrubFormatter, hide, scrub
 from ._subcommands import (
     DEFAULT_STORE,
+    _audit,
     _backfill,
     _check,
     _control,
     _history,
     _import_crontab,
     _plan_command,
+    _prune,
     _run,
     _status,
     _web,
@@ -134,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     store_arg(status)
     status.add_argument("--json", action="store_true")
     status.add_argument("--tz", help="show times in this zone (default: local)")
+    status.add_argument("--tag", help="only the jobs with this tag")
     status.set_defaults(run=_status)
 
     history = sub.add_parser("history", help="a task's recent runs, newest first")
@@ -154,7 +157,33 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_check)
 
     _controls(sub, store_arg)
+    _fleet_parsers(sub, store_arg)
     return parser
+
+
+def _fleet_parsers(sub: Any, store_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+    """``prune`` and ``audit``."""
+    prune = sub.add_parser("prune", help="apply the retention rule once, now")
+    store_arg(prune)
+    prune.add_argument(
+        "--keep",
+        metavar="DURATION",
+        help="delete outcomes older than this (default: the stored rule's)",
+    )
+    prune.add_argument(
+        "--keep-runs",
+        type=int,
+        metavar="N",
+        help="keep at most N runs per job (default: the stored rule's)",
+    )
+    prune.add_argument("--batch", type=int, default=1000, help="rows per transaction (1000)")
+    prune.set_defaults(run=_prune)
+    audit = sub.add_parser("audit", help="who did what: the control actions, newest first")
+    store_arg(audit)
+    audit.add_argument("--job", metavar="ID", help="only the actions on this job")
+    audit.add_argument("--json", action="store_true")
+    audit.add_argument("--limit", type=int, default=100)
+    audit.set_defaults(run=_audit)
 
 
 def _controls(sub: Any, store_arg: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -167,7 +196,9 @@ def _controls(sub: Any, store_arg: Callable[[argparse.ArgumentParser], None]) ->
         ("trigger", "run a task once now, outside its schedule"),
     ]:
         control = sub.add_parser(name, help=text)
-        control.add_argument("id")
+        control.add_argument("id", nargs="?", help="the job (or give --tag)")
+        control.add_argument("--tag", help="every unfinished job with this tag, one line each")
+        control.add_argument("--note", help="why: kept in the audit log")
         store_arg(control)
         control.set_defaults(run=_control, operation=name)
     backfill = sub.add_parser(

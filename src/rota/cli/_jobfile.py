@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rota._core import validate as _validate
 from rota._core.deps import Upstream, upstreams
@@ -32,6 +32,17 @@ from rota.retry import JITTERS, Backoff
 from rota.schedules import FixedRate, Once
 
 from ._calendar_tables import business_day, calendar_of, calendar_tables, on_calendar
+from ._fleet import (
+    AlertRule,
+    Destination,
+    Retention,
+    Token,
+    access,
+    alert_rule,
+    destinations,
+    retention,
+    tags,
+)
 from ._values import JobFileError, duration, instant, zone
 
 COMMAND = "rota.cli._command:run_command"
@@ -41,12 +52,14 @@ JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
      "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
      "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue", "log_output",
-     "business_day", "calendar", "on_excluded", "after"}
+     "business_day", "calendar", "on_excluded", "after", "tags", "alert"}
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue",
                            "business_day", "calendar", "on_excluded", "after"}  # fmt: skip
 HANDOFF = "rota.handoff:publish"
 """The stored action of ``enqueue`` jobs (see :mod:`rota.handoff`)."""
+FLEET_TABLES = ("retention", "alerts", "access")
+"""The top-level tables of :mod:`rota.cli._fleet`."""
 RECURRING_KEYS = frozenset({"misfire", "overlap", "end", "max_runs"})
 """Keys a one-off (``at``) job has no use for: left out of the defaults it takes."""
 RETRY_KEYS = frozenset({"base", "cap", "jitter"})
@@ -75,6 +88,8 @@ class Job:
     end: datetime | None = None
     max_runs: int | None = None
     after: tuple[Upstream, ...] = ()
+    tags: tuple[str, ...] = ()
+    alert: AlertRule | None = None
 
     @property
     def zone_name(self) -> str | None:
@@ -100,7 +115,21 @@ class Job:
         }
 
 
+class JobFile(NamedTuple):
+    """A job file, validated: its jobs and its tables for operating a fleet."""
+
+    jobs: list[Job]
+    retention: Retention | None = None
+    destinations: dict[str, Destination] = {}  # noqa: RUF012 (never changed)
+    access: list[Token] = []  # noqa: RUF012
+
+
 def load(path: str | Path, *, imports: bool = True) -> list[Job]:
+    """The jobs of a job file (:func:`load_file`)."""
+    return load_file(path, imports=imports).jobs
+
+
+def load_file(path: str | Path, *, imports: bool = True) -> JobFile:
     """Parse and validate a job file. :class:`JobFileError` names file, job and key.
 
     ``call`` modules are looked for in the job file's directory first (it is put at
@@ -119,12 +148,13 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
         raise JobFileError(f"{path}: cannot read it: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise JobFileError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(data) - {"defaults", "jobs", "brokers", "calendars"}
+    unknown = set(data) - {"defaults", "jobs", "brokers", "calendars", *FLEET_TABLES}
     if unknown:
         raise JobFileError(
             f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults], [brokers], "
-            "[calendars.NAME] and [[jobs]]"
+            "[calendars.NAME], [retention], [alerts], [access] and [[jobs]]"
         )
+    known = destinations(data.get("alerts"), f"{path}: [alerts]")
     brokers = _brokers(data.get("brokers", {}), f"{path}: [brokers]")
     calendars = calendar_tables(data.get("calendars", {}), path)
     defaults = data.get("defaults", {})
@@ -153,9 +183,18 @@ def load(path: str | Path, *, imports: bool = True) -> list[Job]:
         if job_id in seen:
             raise JobFileError(f"{path}: job {job_id!r}: key 'id': used twice in the file")
         seen.add(job_id)
-        loaded.append(_job(path, job_id, _merged(defaults, raw), imports, brokers, calendars))
+        merged = _merged(defaults, raw)
+        job = _job(path, job_id, merged, imports, brokers, calendars)
+        where = f"{path}: job {job_id!r}: key"
+        job.tags = tags(merged["tags"], f"{where} 'tags'") if "tags" in merged else ()
+        if "alert" in merged:
+            job.alert = alert_rule(merged["alert"], f"{where} 'alert'", known)
+        loaded.append(job)
     cycles(loaded, {}, str(path))
-    return loaded
+    return JobFile(
+        loaded, retention(data.get("retention"), f"{path}: [retention]"), known,
+        access(data.get("access"), f"{path}: [access]"),
+    )  # fmt: skip
 
 
 def cycles(jobs: list[Job], stored: dict[Hashable, list[Hashable]], where: str) -> None:

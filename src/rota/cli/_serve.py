@@ -19,14 +19,15 @@ from datetime import datetime, tzinfo
 from types import FrameType
 from typing import Any
 
-from rota import EventKind, Runner, Status
+from rota import EventKind, Runner, RunOutcome, Status
 from rota.durable import DurableScheduler, Entry, removed, resolve_path
 from rota.report import WAITING, first_line, job_zone, printable, ran_at
 from rota.store import StoreError
 
 from . import _command
+from ._alerts import Fleet
 from ._common import CliError, bind
-from ._jobfile import COMMAND, Job, cycles
+from ._jobfile import COMMAND, Job, JobFile, cycles
 from ._notify import Notifier
 from ._secrets import ScrubFormatter
 from ._values import JobFileError
@@ -38,11 +39,19 @@ DIED = 70
 non-zero, so ``Restart=on-failure`` and container restarts bring the node back."""
 
 
-def _listen(sched: DurableScheduler, notifier: Notifier) -> Callable[[], None]:
-    """What ``rota run`` hears of its runs: each start (for the notifier's pings), and
-    each run ``overlap = "replace"`` replaces (its command is ended). Returns the undo."""
+def _told(outcome: RunOutcome, notifier: Notifier, fleet: Fleet) -> None:
+    """A run's outcome, for the notifications and the alerts."""
+    notifier.outcome(outcome)
+    fleet.outcome(outcome)
+
+
+def _listen(sched: DurableScheduler, notifier: Notifier, fleet: Fleet) -> Callable[[], None]:
+    """What ``rota run`` hears of its runs: each start (for the notifier's pings and the
+    alerts' timing), and each run ``overlap = "replace"`` replaces (its command is
+    ended). Returns the undo."""
     undo = [
         sched.add_listener(notifier.started, EventKind.RUN_STARTED),
+        sched.add_listener(fleet.started, EventKind.RUN_STARTED),
         sched.add_listener(
             lambda event: _command.stop_replaced(event.task_id, event.at), EventKind.RUN_REPLACED
         ),
@@ -57,17 +66,18 @@ def _listen(sched: DurableScheduler, notifier: Notifier) -> Callable[[], None]:
 
 def serve(
     sched: DurableScheduler,
-    jobs: list[Job],
+    file: JobFile,
     *,
     owner: str,
     workers: int,
     grace: float,
     live: bool,
-    reload: Callable[[], list[Job]] | None = None,
+    reload: Callable[[], JobFile] | None = None,
     web: tuple[str, int] | None = None,
     token: str | None = None,
 ) -> int:
-    """Declare ``jobs`` as the file ``owner`` (see :func:`declare`) and run until a signal.
+    """Declare the ``file``'s jobs as the file ``owner`` (see :func:`declare`) and run
+    until a signal; its alert rules and retention rule kept (:class:`Fleet`).
 
     ``web``: also serve the dashboard, the API and ``/metrics`` (with this
     node's own run counters) at ``(host, port)``, actions granted by
@@ -94,16 +104,15 @@ def serve(
     signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {s: signal.signal(s, on_signal) for s in signals}
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="rota-job")
-    notifier = Notifier(sched)
-    runner = Runner(sched, executor=pool, on_outcome=notifier.outcome)
+    notifier, fleet = Notifier(sched), Fleet(sched, web and f"http://{web[0]}:{web[1]}")
+    runner = Runner(sched, executor=pool, on_outcome=lambda o: _told(o, notifier, fleet))
     watch = _Workers(sched, runner, workers)
-    unlisten = _listen(sched, notifier)
+    unlisten = _listen(sched, notifier, fleet)
     server = None
     try:
         if web is not None:
             server = _dashboard(sched, web, token)
-        declare(sched, jobs, owner, strict=True)
-        notifier.update(jobs)
+        _load(sched, file, owner, (notifier, fleet), strict=True)
         hangup.clear()  # a reload asked for while loading: what was loaded is the file
         runner.start()
         if server is not None:
@@ -115,7 +124,7 @@ def serve(
                 wake.clear()
                 if hangup.is_set():
                     hangup.clear()
-                    _reload(sched, owner, reload, notifier)
+                    _reload(sched, owner, reload, notifier, fleet)
                 _command.stop_cancelled(lambda job: _cancelled(sched, job))
                 watch.look()
                 if view is not None:
@@ -130,6 +139,7 @@ def serve(
         pool.shutdown(wait=False, cancel_futures=True)
         unlisten()
         notifier.close()
+        fleet.close()
         if server is not None:
             server.stop()
     if ended:
@@ -274,7 +284,13 @@ def declare(sched: DurableScheduler, jobs: list[Job], owner: str, *, strict: boo
         try:
             name = _register(sched, job, owner)
             added += sched.ensure(
-                job.id, job.when, name, owner=owner, zone=job.zone_name, **job.options()
+                job.id,
+                job.when,
+                name,
+                owner=owner,
+                zone=job.zone_name,
+                tags=job.tags or None,
+                **job.options(),
             )
         except StoreError as exc:  # its stored row cannot be read: the other jobs still run
             log.error("job %r not loaded, its stored row left as it is: %s", job.id, exc)
@@ -304,8 +320,9 @@ def declare(sched: DurableScheduler, jobs: list[Job], owner: str, *, strict: boo
 def _reload(
     sched: DurableScheduler,
     owner: str,
-    reload: Callable[[], list[Job]] | None,
+    reload: Callable[[], JobFile] | None,
     notifier: Notifier,
+    fleet: Fleet,
 ) -> None:
     """SIGHUP: the file read and declared again; a file that does not load is logged at
     ERROR and changes nothing."""
@@ -313,16 +330,24 @@ def _reload(
         return
     log.info("SIGHUP: reloading %s", owner)
     try:
-        jobs = reload()
-    except JobFileError as exc:
+        _load(sched, reload(), owner, (notifier, fleet))
+    except (JobFileError, StoreError) as exc:
         log.error("reload failed, the jobs run on as they were: %s", exc)
-        return
-    try:
-        declare(sched, jobs, owner)
-    except StoreError as exc:
-        log.error("reload failed, the jobs run on as they were: %s", exc)
-        return
-    notifier.update(jobs)
+
+
+def _load(
+    sched: DurableScheduler,
+    file: JobFile,
+    owner: str,
+    told: tuple[Notifier, Fleet],
+    *,
+    strict: bool = False,
+) -> None:
+    """The file's jobs declared (:func:`declare`), then its notifications and its rules
+    for operating the fleet given to those who keep them."""
+    declare(sched, file.jobs, owner, strict=strict)
+    told[0].update(file.jobs)
+    told[1].update(file)
 
 
 ROWS = 30

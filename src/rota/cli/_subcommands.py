@@ -9,7 +9,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from rota.report import (
 from rota.store import StoreError, open_store, redacted
 
 from ._common import CliError, bind
-from ._jobfile import load
+from ._jobfile import load, load_file
 from ._values import duration, instant, zone
 
 if TYPE_CHECKING:
@@ -167,15 +167,15 @@ def _run(args: argparse.Namespace) -> int:
     from ._serve import serve
 
     listen = None if args.web is None else _listen(args.web, "--web", args.token)
-    jobs = load(args.jobfile)
+    file = load_file(args.jobfile)
     grace = duration(args.grace, "--grace")
     if args.workers < 1:
         raise CliError(2, f"--workers must be >= 1, got {args.workers}")
     sched = _scheduler(args.store, create=True)
     live = args.live == "yes" or (args.live == "auto" and sys.stderr.isatty())
     owner = str(Path(args.jobfile).resolve())
-    return serve(sched, jobs, owner=owner, workers=args.workers, grace=grace, live=live,
-                 reload=lambda: load(args.jobfile), web=listen, token=args.token)  # fmt: skip
+    return serve(sched, file, owner=owner, workers=args.workers, grace=grace, live=live,
+                 reload=lambda: load_file(args.jobfile), web=listen, token=args.token)  # fmt: skip
 
 
 # -- web -----------------------------------------------------------------------
@@ -217,8 +217,10 @@ def _web(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from ._ops import retention_footer
+
     sched = _scheduler(args.store)
-    listed = list(_listing(sched))
+    listed = [e for e in _listing(sched) if args.tag is None or args.tag in e.tags]
     entries = [status_entry(entry) for entry in listed]
     for entry, e in zip(listed, entries, strict=True):  # what calendars did to next runs
         if isinstance(entry.info.schedule, Calendared) and e["next"] is not None:
@@ -247,6 +249,7 @@ def _status(args: argparse.Namespace) -> int:
             notes.append(f"cannot be read here: {e['unreadable']}")
         last = "; ".join(notes) or "-"
         print(f"{e['id']:24} {status:{width}} {time_shown(e['next'], tz) + late:52} {last}")
+    print(retention_footer(sched))
     return 0
 
 
@@ -294,15 +297,23 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _control(args: argparse.Namespace) -> int:
-    sched = _scheduler(args.store)
-    if sched.status(args.id) is None:
-        raise CliError(1, f"no task {args.id!r} in {redacted(args.store)}")
-    if not getattr(sched, args.operation)(args.id):
-        raise CliError(
-            1, f"{args.operation} {args.id!r}: {_why_not(sched, args.operation, args.id)}"
-        )
-    print(f"{args.operation}: {args.id}", file=sys.stderr)
-    return 0
+    from ._ops import control
+
+    return control(args, _scheduler(args.store), _why_not)
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from ._ops import prune
+
+    if args.batch < 1:
+        raise CliError(2, f"--batch must be >= 1, got {args.batch}")
+    return prune(args, _scheduler(args.store))
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from ._ops import audit
+
+    return audit(args, _scheduler(args.store))
 
 
 def _backfill(args: argparse.Namespace) -> int:
@@ -320,10 +331,14 @@ def _backfill(args: argparse.Namespace) -> int:
         raise CliError(1, f"no task {args.id!r} in {redacted(args.store)}")
     if status in FINISHED:
         raise CliError(1, f"backfill {args.id!r}: it is finished ({status})")
+    from ._ops import audited, who
+
     try:
         queued = sched.backfill(args.id, start, until)
     except ValueError as exc:
         raise CliError(2, f"backfill {args.id!r}: {exc}") from None
+    window = " .. ".join(datetime.fromtimestamp(t, UTC).isoformat() for t in (start, until))
+    audited(sched, "backfill", args.id, window, queued > 0, who())
     tz = local_zone()
     print(
         f"backfill: {args.id}: {queued} slots queued in {time_shown(start, tz)} .. "

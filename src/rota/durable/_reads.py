@@ -140,6 +140,7 @@ class StoredReads(StoredChanges):
                 row.lease_until,
                 row.expiries,
                 row.due,
+                tags_of(row),
             )
             for row, last in self.page(after, limit, unfinished)
         ]
@@ -153,7 +154,9 @@ class StoredReads(StoredChanges):
         if info is None:  # pruned meanwhile
             return None
         last = self._store.outcomes(shown, 1)
-        return Entry(info, last[0] if last else None, row.unreadable, zone_of(row))
+        return Entry(
+            info, last[0] if last else None, row.unreadable, zone_of(row), tags=tags_of(row)
+        )
 
     def find(self, shown: str) -> Hashable | None:
         """Ids are str: ``shown`` itself if stored. One read."""
@@ -196,3 +199,10 @@ def zone_of(row: TaskRow) -> str | None:
         if isinstance(schedule, dict) and schedule.get("kind") == "cron":
             zone = schedule.get("tz")
     return zone if isinstance(zone, str) else None
+
+
+def tags_of(row: TaskRow) -> tuple[str, ...]:
+    """A task's tags as stored with it (``spec["tags"]``), sorted; none for a row
+    that has none or cannot be read. O(tags)."""
+    tags = row.spec.get("tags") if isinstance(row.spec, dict) else None
+    return tuple(tag for tag in tags if isinstance(tag, str)) if isinstance(tags, list) else ()

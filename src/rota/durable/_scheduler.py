@@ -199,6 +199,7 @@ class DurableScheduler(Scheduler):
         calendar: Calendar | None = None,
         on_excluded: str = "skip",
         after: Any = None,
+        tags: Sequence[str] | None = None,
     ) -> bool:
         r"""Make sure a task exists as declared: for tasks declared at every start-up.
 
@@ -224,6 +225,10 @@ class DurableScheduler(Scheduler):
         ``zone`` (an IANA name, ``"Europe/Berlin"``) is the zone the task's
         times are shown in by the command and the dashboard (``spec["zone"]``,
         :attr:`Entry.zone`); it changes nothing about when the task runs.
+
+        ``tags`` (non-empty strings) label the task (``spec["tags"]``,
+        :attr:`Entry.tags`): ``rota pause --tag`` and the dashboard's filter act on
+        and show the tasks of a tag; changing them changes nothing else.
         """
         admitted, plan, first = self._admit(
             task_id, calendared(when, calendar, on_excluded), action, args, kwargs,
@@ -236,6 +241,8 @@ class DurableScheduler(Scheduler):
                 if not isinstance(value, str) or not value:
                     raise TypeError(f"{name} must be a non-empty str or None, got {value!r}")
                 row.spec[name] = value
+        if tags is not None:
+            row.spec["tags"] = _tags(tags)
         return self._stored.declare(row, owner)
 
     def remove(self, task_id: Hashable) -> bool:
@@ -248,25 +255,46 @@ class DurableScheduler(Scheduler):
         """
         return self._stored.withdraw(task_id, remove=True)
 
-    def prune(self, before: Time, *, batch: int = 10_000) -> int:
+    def prune(
+        self, before: Time | None, *, batch: int = 10_000, keep_runs: int | None = None
+    ) -> int:
         """Delete the record of the past: the outcomes of runs that finished before
-        ``before`` (epoch seconds, or an aware ``datetime``), then the rows of finished
+        ``before`` (epoch seconds, or an aware ``datetime``; ``None``: no age limit),
+        each task's outcomes beyond its newest ``keep_runs`` (``None``: no count limit),
+        the audit entries and alerts older than ``before``, then the rows of finished
         tasks (done, failed, cancelled) due before it with no outcome left. Returns
-        how many rows went.
+        how many rows went. What ``[retention]`` has a node do every few minutes.
 
         Unfinished tasks and recent outcomes are untouched; a pruned task is as if it
         never existed (``status`` returns ``None``, ``ensure`` creates it anew). Runs
         in transactions of at most ``batch`` deletions each, so other processes keep
         working meanwhile. Costs: outcomes have no index on their finish time, so
         each transaction scans them (run it from a maintenance job, not per run).
-        Raises ``TypeError``/``ValueError`` for a ``before`` that is not a finite
-        number or aware datetime, or a ``batch`` that is not a positive int.
+        Raises ``TypeError``/``ValueError`` for a ``before`` that is not ``None``, a
+        finite number or an aware datetime, a ``batch`` that is not a positive int,
+        or a ``keep_runs`` that is not ``None`` or an int >= 0.
         """
-        before = _validate.finite("before", before)
+        if before is not None:
+            before = _validate.finite("before", before)
         _validate.at_least_one("batch", batch)
+        if keep_runs is not None:
+            _validate.count("keep_runs", keep_runs)
         total = 0
         while True:
-            gone = self._store.prune(before, batch)
+            gone = self._store.ledger.trim(before, keep_runs, batch)
+            if before is not None:
+                gone += self._store.prune(before, batch)
             total += gone
             if gone == 0:
                 return total
+
+
+def _tags(tags: object) -> list[str]:
+    """``ensure``'s ``tags``, sorted and without repeats; ``TypeError`` naming what is
+    not a sequence of non-empty strings."""
+    if isinstance(tags, str) or not isinstance(tags, Sequence | frozenset | set):
+        raise TypeError(f"tags must be a list of non-empty str, got {tags!r}")
+    for tag in tags:
+        if not isinstance(tag, str) or not tag.strip() or not tag.isprintable():
+            raise TypeError(f"tags must be non-empty printable str, got {tag!r} in {tags!r}")
+    return sorted(set(tags))

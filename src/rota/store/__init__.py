@@ -32,6 +32,7 @@ from ._base import (
     TaskRow,
     redacted,
 )
+from ._ledger import AlertRow, AuditRow, Ledger, MemoryLedger
 from ._memory import MemoryStore
 from ._sqlite import SQLiteStore
 
@@ -92,10 +93,14 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
 
 __all__ = [
+    "AlertRow",
+    "AuditRow",
     "Change",
     "Edit",
     "Known",
+    "Ledger",
     "Listed",
+    "MemoryLedger",
     "MemoryStore",
     "NodeRow",
     "OutcomeRow",

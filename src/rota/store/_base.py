@@ -45,6 +45,8 @@ from rota._core.types import (
     sql_set,
 )
 
+from ._ledger import Ledger
+
 T = TypeVar("T")
 
 logger = logging.getLogger("rota.store")
@@ -728,6 +730,11 @@ class Store(Protocol):
         ``[]``. Read-only; as :meth:`outcomes` for each, in at most one query on a
         server store."""
         ...
+
+    @property
+    def ledger(self) -> Ledger:
+        """What operating a fleet keeps beside the tasks (:class:`rota.store.Ledger`):
+        settings, the audit log, the alerts' outbox."""
 
     def prune(self, before: Time, limit: int) -> int:
         """Delete up to ``limit`` outcomes of runs that finished before ``before``, then

@@ -21,6 +21,7 @@ from ._base import (
     TaskRow,
     run_order,
 )
+from ._ledger import MemoryLedger
 from ._waits import ended_rows, waiting_for, wakes
 
 
@@ -49,6 +50,8 @@ class MemoryStore(StoreBase):
         self._waits: dict[str, set[str]] = {}  # upstream -> the tasks whose runs wait for it
         self._seq = 0
         self._version = 0
+        self.ledger = MemoryLedger(self._lock, lambda: self._outcomes)
+        """See :attr:`rota.store.Store.ledger`."""
 
     def __repr__(self) -> str:
         return f"<MemoryStore tasks={len(self._rows)}>"

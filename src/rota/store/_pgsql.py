@@ -4,6 +4,7 @@ sends: what the store's class runs, apart from how it runs it."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +26,7 @@ from ._base import (
     run_values,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
+from ._ledger import ledger_steps
 from ._schema import FORMER_PREFIX, former_tables, migrate, renamed_actions_sql
 
 RETRIES = 5
@@ -110,6 +112,7 @@ def _migrations(p: str) -> list[list[str]]:
             "NULL, at numeric NOT NULL, PRIMARY KEY (upstream, task_id))",
             f"CREATE INDEX IF NOT EXISTS {p}waits_task ON {p}waits (task_id)",
         ],
+        ledger_steps(p, "bigserial PRIMARY KEY", "double precision"),  # (see SQLite's step)
     ]
 
 
@@ -320,3 +323,43 @@ def prune_in(db: psycopg.Connection[Any], prefix: str, before: Time, limit: int)
         (FINISHED_NAMES, _num(before), limit),
     ).rowcount
     return gone
+
+
+def session_settings(
+    lock_timeout: float | None, statement_timeout: float | None, idle_timeout: float | None
+) -> str:
+    """The ``SET`` statements a new connection runs for the given timeouts (seconds,
+    ``None``: the server's). Raises ``ValueError`` naming a timeout that is not a
+    positive number or ``None``."""
+    settings = {
+        "lock_timeout": lock_timeout,
+        "statement_timeout": statement_timeout,
+        "idle_in_transaction_session_timeout": idle_timeout,
+    }
+    for name, value in (("lock_timeout", lock_timeout),
+                        ("statement_timeout", statement_timeout),
+                        ("idle_timeout", idle_timeout)):  # fmt: skip
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+        ):
+            raise ValueError(f"{name} must be a positive number of seconds or None, "
+                             f"got {value!r}")  # fmt: skip
+    return "".join(
+        f"SET {name} = {max(1, round(value * 1000))}; "
+        for name, value in settings.items()
+        if value is not None
+    )
+
+
+def ledger_run(
+    retrying: Callable[..., Any], sql: str, params: Sequence[Any], write: bool
+) -> tuple[list[tuple[Any, ...]], int]:
+    """One statement of the ledger (:data:`rota.store._ledger.Run`) through a store's
+    ``retrying``: a write in a transaction of its own, a read without one."""
+
+    def work(db: psycopg.Connection[Any]) -> tuple[list[tuple[Any, ...]], int]:
+        cursor = db.execute(sql.replace("?", "%s"), params)
+        return (cursor.fetchall() if cursor.description else []), cursor.rowcount
+
+    result: tuple[list[tuple[Any, ...]], int] = retrying(work, transaction=write)
+    return result

@@ -55,6 +55,7 @@ from ._base import (
     write_row,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
+from ._ledger import SqlLedger
 from ._pgsql import (
     CANCELLED,
     IDLE_TIMEOUT,
@@ -73,8 +74,10 @@ from ._pgsql import (
     _returning,
     _time,
     end_stalled_in,
+    ledger_run,
     prune_in,
     recorded_in,
+    session_settings,
     shown_url,
     stored_version,
     upgrade,
@@ -123,24 +126,7 @@ class PostgresStore(StoreBase):
     ) -> None:
         if not isinstance(conninfo, str):
             raise TypeError(f"conninfo must be a str, got {conninfo!r}")
-        settings = {
-            "lock_timeout": lock_timeout,
-            "statement_timeout": statement_timeout,
-            "idle_in_transaction_session_timeout": idle_timeout,
-        }
-        for name, value in (("lock_timeout", lock_timeout),
-                            ("statement_timeout", statement_timeout),
-                            ("idle_timeout", idle_timeout)):  # fmt: skip
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-            ):
-                raise ValueError(f"{name} must be a positive number of seconds or None, "
-                                 f"got {value!r}")  # fmt: skip
-        self._settings = "".join(
-            f"SET {name} = {max(1, round(value * 1000))}; "
-            for name, value in settings.items()
-            if value is not None
-        )
+        self._settings = session_settings(lock_timeout, statement_timeout, idle_timeout)
         if not isinstance(prefix, str) or not prefix.replace("_", "a").isalnum():
             raise ValueError(f"prefix must be letters, digits and underscores, got {prefix!r}")
         if clock not in ("database", "caller"):
@@ -773,6 +759,11 @@ class PostgresStore(StoreBase):
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`rota.store.Store.prune`."""
         return self._retrying(partial(prune_in, prefix=self._p, before=before, limit=limit))
+
+    @property
+    def ledger(self) -> SqlLedger:
+        """See :attr:`rota.store.Store.ledger`."""
+        return SqlLedger(self._p, partial(ledger_run, self._retrying))
 
     def changes(self, wait: float = 0.0) -> int:
         """A count of the other nodes' notifications (``LISTEN``); waits up to ``wait``

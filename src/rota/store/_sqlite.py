@@ -50,6 +50,7 @@ from ._base import (
     write_row,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
+from ._ledger import SqlLedger
 from ._schema import (
     DEFAULT_PREFIX,
     FORMER_PREFIX,
@@ -581,6 +582,20 @@ class SQLiteStore(StoreBase):
                 (before, limit),
             ).rowcount
         return gone
+
+    @property
+    def ledger(self) -> SqlLedger:
+        """See :attr:`rota.store.Store.ledger`."""
+        return SqlLedger(self._p, self._ledger_run)
+
+    def _ledger_run(
+        self, sql: str, params: Sequence[Any], write: bool
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        if not write:
+            return self._db().execute(sql, params).fetchall(), -1
+        with self._write() as db:
+            cursor = db.execute(sql, params)
+            return cursor.fetchall(), cursor.rowcount
 
     def changes(self, wait: float = 0.0) -> int:
         """``PRAGMA data_version`` of this thread's connection: moves when others commit.

@@ -3,6 +3,7 @@ PostgresStore's)."""
 
 from __future__ import annotations
 
+from ._ledger import ledger_steps
 from ._schema import renamed_actions_sql
 
 
@@ -74,4 +75,6 @@ def migrations(p: str) -> list[list[str]]:
             "NULL, at NOT NULL, PRIMARY KEY (upstream, task_id)) WITHOUT ROWID",
             f"CREATE INDEX IF NOT EXISTS {p}waits_task ON {p}waits (task_id)",
         ],
+        # the ledger (rota.store._ledger): settings in meta, the audit log, the alerts
+        ledger_steps(p, "INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"),
     ]

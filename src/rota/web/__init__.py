@@ -26,7 +26,8 @@ from rota import Scheduler
 from rota.metrics import Collector
 from rota.observe import source
 
-from ._app import Access, Dashboard
+from ._access import Access
+from ._app import Dashboard
 
 __all__ = [
     "Access",

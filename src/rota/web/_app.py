@@ -10,17 +10,14 @@ each rule once, and are allowed by :class:`Access`.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from markupsafe import Markup, escape
 from prometheus_client import CollectorRegistry, generate_latest
@@ -37,6 +34,7 @@ from rota._core.types import error_shown
 from rota.metrics import Collector
 from rota.observe import OPERATIONS, Source, status_json
 from rota.report import (
+    audit_entry,
     day_shown,
     described,
     first_line,
@@ -53,11 +51,12 @@ from rota.report import (
 )
 from rota.store import redacted
 
+from ._access import SESSION, Access, _cross_origin
+
 log = logging.getLogger("rota.web")
 
 HERE = Path(__file__).resolve().parent
 
-SESSION = "rota_session"
 """The cookie a login sets (HttpOnly, SameSite=Strict)."""
 
 HISTORY = 50
@@ -86,6 +85,10 @@ FAILURE_ROWS = 50
 PAGE_ROWS = 100
 """Jobs the list shows on one page (a link gives the next)."""
 
+NOTED = 500
+"""Latest control actions read for the pause notes the pages show."""
+AUDIT_ROWS = 200
+"""Control actions the audit page shows."""
 FRESH = 0.5
 """Seconds a rendered live part is served again to other pages asking for it: open
 pages poll every second, and N of them then cost the node at most two renders a
@@ -113,68 +116,6 @@ class JobRow(NamedTuple):
     spark: Markup
 
 
-class Access:
-    """Who may change what.
-
-    With a token: a ``POST`` needs ``Authorization: Bearer TOKEN``, or the
-    session cookie a login with the token set plus the page's CSRF token in
-    ``X-CSRF-Token``; anything else gets 401. Without one (loopback only):
-    ``POST``s are allowed, but a browser's (one that sends ``Origin``,
-    ``Sec-Fetch-Site`` or cookies) must carry the page's CSRF token. Any
-    ``POST`` from another origin is refused (403) before that: a page
-    elsewhere can change nothing. The session and CSRF values are HMACs of
-    the token (of a per-process secret without one): nothing to store.
-    """
-
-    def __init__(self, token: str | None) -> None:
-        if token is not None and (not isinstance(token, str) or not token):
-            raise ValueError("token must be a non-empty str or None")
-        self.token = token
-        key = (token or secrets.token_hex(32)).encode()
-        self.session = hmac.new(key, b"rota session", hashlib.sha256).hexdigest()
-        self.csrf = hmac.new(key, b"rota csrf", hashlib.sha256).hexdigest()
-
-    def logged_in(self, request: Request) -> bool:
-        """Whether the request carries a valid session (always true without a token)."""
-        if self.token is None:
-            return True
-        return hmac.compare_digest(request.cookies.get(SESSION, ""), self.session)
-
-    def refusal(self, request: Request) -> tuple[int, str] | None:
-        """Why a ``POST`` is refused (status and reason), or ``None`` with who sent it
-        left in ``request.state.who``."""
-        if _cross_origin(request):
-            return 403, "a request from another origin cannot change anything"
-        bearer = request.headers.get("authorization", "")
-        given_csrf = request.headers.get("x-csrf-token", "")
-        if self.token is not None:
-            if bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:], self.token):
-                request.state.who = "token"
-                return None
-            if self.logged_in(request) and hmac.compare_digest(given_csrf, self.csrf):
-                request.state.who = "login"
-                return None
-            return 401, "this needs the token: Authorization: Bearer TOKEN, or log in"
-        browser = any(h in request.headers for h in ("origin", "sec-fetch-site", "cookie"))
-        if browser and not hmac.compare_digest(given_csrf, self.csrf):
-            return 403, "a browser's request needs the page's CSRF token"
-        request.state.who = "local"
-        return None
-
-
-def _cross_origin(request: Request) -> bool:
-    """Whether a request says it comes from a page of another origin."""
-    if request.headers.get("sec-fetch-site") == "cross-site":
-        return True
-    origin = request.headers.get("origin")
-    if origin is None:
-        return False
-    if origin == "null":
-        return True
-    host = request.headers.get("host", "")
-    return urlsplit(origin).netloc != host
-
-
 class Dashboard:
     """The app's handlers over one source: pages, API, ``/metrics`` and ``/healthz``.
 
@@ -187,15 +128,14 @@ class Dashboard:
         self, source: Source, *, token: str | None = None, node: Collector | None = None
     ) -> None:
         self.source = source
-        self.access = Access(token)
+        self.access = Access(token, lambda: source.ledger.setting("access") or [])
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.globals.update(quote=lambda s: quote(str(s), safe=""),
                                           printable=printable)  # fmt: skip
         collector = node if node is not None else Collector(source, runs=False)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
-        self.notes: dict[str, dict[str, Any]] = {}  # job id -> its pause note, for everyone
-        self._rendered: dict[tuple[str, str, bool], tuple[float, Response]] = {}
+        self._rendered: dict[tuple[str, str, str], tuple[float, Response]] = {}
 
     def _shared(self, handler: Callable[[Request], Awaitable[Response]]) -> Any:
         """``handler`` whose live part (``?fragment=1``), once rendered, is served again
@@ -206,7 +146,7 @@ class Dashboard:
         async def shared(request: Request) -> Response:
             if request.query_params.get("fragment") != "1":
                 return await handler(request)
-            key = (request.url.path, request.url.query, self.access.logged_in(request))
+            key = (request.url.path, request.url.query, request.cookies.get(SESSION, ""))
             now = time.monotonic()
             cached = self._rendered.get(key)
             if cached is not None and now - cached[0] < FRESH:
@@ -228,11 +168,12 @@ class Dashboard:
         context = {
             "base": request.scope.get("root_path", "").rstrip("/"),
             "title": self.source.name,
-            "csrf": self.access.csrf if self.access.logged_in(request) else "",
-            "can_act": self.access.logged_in(request),
-            "needs_login": self.access.token is not None,
+            "csrf": self.access.csrf(request),
+            "can_act": self.access.scope(request) in ("operate", "admin"),
+            "needs_login": self.access.guarded,
+            "logged_in": self.access.session(request) is not None,
             "fragment": fragment,
-            "notes": self.notes,
+            "notes": self.notes(),
             **context,
         }
         return self.templates.TemplateResponse(
@@ -275,6 +216,7 @@ class Dashboard:
         listing read, O(n log n) per render (shared by the pages polling it)."""
         query = request.query_params
         wanted, search = query.get("filter", ""), query.get("q", "").strip().lower()
+        tag = query.get("tag", "")
         sort = query.get("sort", "job") if query.get("sort") in SORTS else "job"
         desc = query.get("desc") == "1"
         now = time.time()
@@ -282,6 +224,7 @@ class Dashboard:
         entries = [
             e for e in everything
             if _kept(e, wanted, now) and search in str(e.info.task_id).lower()
+            and (not tag or tag in e.tags)
         ]  # fmt: skip
         entries.sort(key=lambda e: SORTS[sort](e, now), reverse=desc)
         pages = max(1, -(-len(entries) // PAGE_ROWS))
@@ -292,7 +235,8 @@ class Dashboard:
         shown = entries[(number - 1) * PAGE_ROWS : number * PAGE_ROWS]
         return self.page(request, "jobs.html", {
             "rows": self.rows(shown, sparks=True), "total": len(entries),
-            "summary": _summary(everything, now), "filter": wanted, "q": search,
+            "summary": _summary(everything, now), "filter": wanted, "q": search, "tag": tag,
+            "tags": sorted({t for e in everything for t in e.tags}),
             "sort": sort, "desc": desc, "page": number, "pages": _page_numbers(number, pages),
             "last_page": pages,
         })  # fmt: skip
@@ -394,26 +338,26 @@ class Dashboard:
 
     async def login_page(self, request: Request) -> Response:
         """``GET /login``: the form that grants the controls (a redirect without a token)."""
-        if self.access.token is None:
+        if not self.access.guarded:
             return RedirectResponse(_base(request) + "/", 303)
         return self.page(request, "login.html", {"wrong": False, "next": _next(request)})
 
     async def login(self, request: Request) -> Response:
         """``POST /login``: the token checked in constant time; the session cookie set."""
-        if self.access.token is None:
+        if not self.access.guarded:
             return RedirectResponse(_base(request) + "/", 303)
         if _cross_origin(request):
             return JSONResponse({"error": "a login from another origin is refused"}, 403)
         form = await request.form()
-        given = str(form.get("token", ""))
+        found = self.access.identify(str(form.get("token", "")))
         target = _next(request, str(form.get("next", "")))
-        if not hmac.compare_digest(given.encode(), self.access.token.encode()):
+        if found is None:
             log.warning("a login with a wrong token (from %s)", _client(request))
             return self.page(request, "login.html", {"wrong": True, "next": target}, status=401)
         response = RedirectResponse(target, 303)
-        response.set_cookie(SESSION, self.access.session, httponly=True, samesite="strict",
-                            path=_base(request) + "/")  # fmt: skip
-        log.info("login (from %s)", _client(request))
+        response.set_cookie(SESSION, self.access.session_for(*found), httponly=True,
+                            samesite="strict", path=_base(request) + "/")  # fmt: skip
+        log.info("login as %s (from %s)", found[0], _client(request))
         return response
 
     async def logout(self, request: Request) -> Response:
@@ -423,8 +367,12 @@ class Dashboard:
         return response
 
     async def api_jobs(self, request: Request) -> Response:
-        """``GET /api/jobs``: the array of ``rota status --json``. One listing."""
-        return JSONResponse([status_json(e) for e in self.source.entries()])
+        """``GET /api/jobs``: the array of ``rota status --json`` (``?tag=T``: the jobs
+        with that tag). One listing."""
+        tag = request.query_params.get("tag")
+        return JSONResponse(
+            [status_json(e) for e in self.source.entries() if tag is None or tag in e.tags]
+        )
 
     async def api_job(self, request: Request) -> Response:
         """``GET /api/jobs/{id}``: one of those objects; 404 if unknown."""
@@ -437,11 +385,8 @@ class Dashboard:
         """``GET /api/jobs/{id}/history?limit=N``: ``rota history --json``; 404, 400."""
         job_id = request.path_params["job_id"]
         raw = request.query_params.get("limit", "20")
-        try:
-            limit = int(raw)
-        except ValueError:
-            limit = 0
-        if limit < 1:
+        limit = _limit(raw)
+        if limit is None:
             return JSONResponse({"error": f"limit must be an integer >= 1, got {raw!r}"}, 400)
         if self.source.entry(job_id) is None:
             return _unknown(job_id)
@@ -457,6 +402,8 @@ class Dashboard:
         if refused is not None:
             log.warning("%s %r refused (%s, from %s)", operation, job_id, refused[1],
                         _client(request))  # fmt: skip
+            if refused[0] == 403 and hasattr(request.state, "who"):  # a known token's
+                self.source.audit(request.state.who, operation, job_id, refused[1], False)
             return JSONResponse({"error": refused[1]}, refused[0])
         note = await _note(request)
         applied = self.source.control(operation, job_id)
@@ -464,6 +411,7 @@ class Dashboard:
         who = f"{request.state.who} from {_client(request)}"
         if applied is None:
             return _unknown(job_id)
+        self.source.audit(request.state.who, operation, job_id, note, applied)
         log.info(
             "%s: %s %r%s%s", who, operation, job_id,
             f" (note: {note})" if note else "", "" if applied else ": did not apply",
@@ -471,18 +419,47 @@ class Dashboard:
                    "applied": applied},
         )  # fmt: skip
         entry = self.source.entry(job_id)
-        if applied and operation == "pause":
-            self.notes[job_id] = {
-                "note": note,
-                "who": who,
-                "at": time_shown(time.time(), job_zone(entry.zone if entry else None)),
-            }
-        elif applied and operation in ("resume", "cancel"):
-            self.notes.pop(job_id, None)
         body = status_json(entry) if entry is not None else {"id": job_id}
         if not applied:
             return JSONResponse({**body, "error": f"{operation} does not apply now"}, 409)
         return JSONResponse(body)
+
+    def notes(self) -> dict[str, dict[str, Any]]:
+        """Each paused job's pause note, from the audit log (a pause from the command,
+        the API or an alert rule alike): who, when, why. One read of the latest
+        :data:`NOTED` actions."""
+        found: dict[str, dict[str, Any]] = {}
+        for row in self.source.audit_log(None, NOTED):
+            if row.job is None or row.job in found or not row.applied:
+                continue
+            if row.action in ("resume", "cancel"):
+                found[row.job] = {}
+            elif row.action == "pause":
+                found[row.job] = {"note": row.note, "who": row.who,
+                                  "at": time_shown(row.at, local_zone())}  # fmt: skip
+        return {job: note for job, note in found.items() if note}
+
+    async def api_audit(self, request: Request) -> Response:
+        """``GET /api/audit?job=ID&limit=N``: the latest control actions, newest first
+        (``rota audit --json``); 400 for a bad limit."""
+        refused = self.access.refusal(request, "read")
+        if refused is not None:
+            return JSONResponse({"error": refused[1]}, refused[0])
+        limit = _limit(request.query_params.get("limit", "100"))
+        if limit is None:
+            return JSONResponse({"error": "limit must be an integer >= 1"}, 400)
+        job = request.query_params.get("job") or None
+        return JSONResponse([audit_entry(r) for r in self.source.audit_log(job, limit)])
+
+    async def audit_page(self, request: Request) -> Response:
+        """``GET /audit``: who did what, newest first (``?job=ID``: one job's)."""
+        job = request.query_params.get("job") or None
+        rows = [
+            {**audit_entry(r), "time": time_shown(r.at, local_zone())}
+            for r in self.source.audit_log(job, AUDIT_ROWS)
+        ]
+        return self.page(request, "audit.html", {"rows": rows, "job": job or "",
+                                                 "heading": "Audit log"})  # fmt: skip
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics``: Prometheus text 0.0.4 (see :class:`rota.metrics.Collector`)."""
@@ -505,6 +482,8 @@ class Dashboard:
             Route("/login", self.login_page, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self.logout, methods=["POST"]),
+            Route("/audit", self._shared(self.audit_page)),
+            Route("/api/audit", self.api_audit),
             Route("/api/jobs", self.api_jobs),
             Route("/api/jobs/{job_id:path}/history", self.api_history),
             Route("/api/jobs/{job_id:path}/{operation}", self.api_control, methods=["POST"]),
@@ -686,3 +665,12 @@ def _chart(history: list[dict[str, Any]]) -> dict[str, Any] | None:
         "width": width, "height": height, "left": left, "ticks": ticks,
         "duration": line([t for t, _ in points]), "lag": line([lag for _, lag in points]),
     }  # fmt: skip
+
+
+def _limit(raw: str) -> int | None:
+    """A ``?limit=`` value: an int >= 1, else ``None``."""
+    try:
+        limit = int(raw)
+    except ValueError:
+        return None
+    return limit if limit >= 1 else None
