@@ -66,3 +66,10 @@ def test_dependencies_doc_examples_run() -> None:
     assert len(found) == 1
     for block in found:
         exec(compile(block, "docs/dependencies.md", "exec"), {})
+
+
+def test_operations_doc_examples_run() -> None:
+    found = blocks(ROOT / "docs" / "operations.md")
+    assert len(found) >= 1
+    for block in found:
+        exec(compile(block, "docs/operations.md", "exec"), {})

@@ -411,7 +411,7 @@ class Dashboard:
         who = f"{request.state.who} from {_client(request)}"
         if applied is None:
             return _unknown(job_id)
-        self.source.audit(request.state.who, operation, job_id, note, applied)
+        self.source.audit(request.state.who, operation, job_id, note or None, applied)
         log.info(
             "%s: %s %r%s%s", who, operation, job_id,
             f" (note: {note})" if note else "", "" if applied else ": did not apply",
