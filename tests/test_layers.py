@@ -10,7 +10,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 FLOORS = {
     # 0: the deterministic core and the public policies (no I/O, no threads, no sleeping)
-    "_core": 0, "schedules": 0, "retry": 0, "misfire": 0, "overlap": 0, "cron": 0,
+    "_core": 0, "schedules": 0, "retry": 0, "misfire": 0, "overlap": 0, "cron": 0, "tracing": 0,
     "calendars": 0,
     "store": 1,  # rows, leases and fences
     "_scheduling": 2, "durable": 2,  # the scheduler and its tables

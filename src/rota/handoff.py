@@ -54,7 +54,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rota import RunContext
+from rota import RunContext, tracing
 from rota._core.types import epoch_shown
 from rota.store import redacted
 
@@ -223,7 +223,9 @@ def _celery(
         return app
 
     app = _client("celery", url, make)
-    options: dict[str, Any] = {"task_id": key, "headers": {"rota_key": key}, "retry": False}
+    headers = {"rota_key": key}
+    tracing.inject(headers)  # the run's span as the message's parent (traceparent)
+    options: dict[str, Any] = {"task_id": key, "headers": headers, "retry": False}
     if queue is not None:
         options["queue"] = queue
     result = app.send_task(name, args=args, kwargs=kwargs, **options)
@@ -246,12 +248,20 @@ def _rq(
     job_id = rq_job_id(key)
     try:
         job = target.enqueue_call(
-            func=name, args=args, kwargs=kwargs, job_id=job_id, meta={"rota_key": key},
+            func=name, args=args, kwargs=kwargs, job_id=job_id, meta=_meta(key),
             unique=True,
         )  # fmt: skip
     except DuplicateJobError:  # published already (a lost acknowledgement, a takeover)
         return job_id
     return str(job.id)
+
+
+def _meta(key: str) -> dict[str, str]:
+    """What a message carries beside its arguments (RQ's ``meta``, Dramatiq's
+    ``options``): the slot's key, and the run's trace context when tracing is on."""
+    meta = {"rota_key": key}
+    tracing.inject(meta)
+    return meta
 
 
 def rq_job_id(key: str) -> str:
@@ -283,7 +293,7 @@ def _dramatiq(
             actor_name=name,
             args=tuple(args),
             kwargs=kwargs,
-            options={"rota_key": key},
+            options=_meta(key),
             message_id=key,
         )
     )

@@ -86,9 +86,7 @@ def test_jobs_are_listed_by_tag(node: Served) -> None:
     assert _call(node.url + "api/jobs?tag=none")[1] == []
 
 
-def test_the_audit_page_and_the_tag_filter_in_a_browser(
-    node: Served, cli: Cli, page: Any
-) -> None:
+def test_the_audit_page_and_the_tag_filter_in_a_browser(node: Served, cli: Cli, page: Any) -> None:
     page.goto(node.url)
     page.select_option("select[name=tag]", "finance")
     page.click("form.filters button")

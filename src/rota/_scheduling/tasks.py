@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable
 from types import FunctionType
 from typing import Any, TypeVar
 
+from rota import tracing
 from rota._core import validate as _validate
 from rota._core.calls import Bound, prepare
 from rota._core.checks import (
@@ -151,6 +152,22 @@ class Tasks(ABC):
         at = task.entry[0]  # a claimed run's entry is its slot (or retry time), unjittered
         if _RUN_STARTED in self.heard:
             self.emit(Event(_RUN_STARTED, task.entry[2], at))
+        if not tracing.ACTIVE:
+            return self._called(task, at, awaitables)
+        plan = task.plan
+        try:
+            lag = float(self.now()) - at
+        except Exception:  # the clock failed: the run goes on, its span without a lag
+            lag = 0.0
+        with tracing.run_span(task.task_id, at, plan.attempt if plan else 0, lag) as span:
+            error = self._called(task, at, awaitables)
+            failed = isinstance(error, BaseException)
+            tracing.ended(span, "failed" if failed else "ok", error if failed else None)
+        return error
+
+    def _called(self, task: Task, at: Time, awaitables: bool) -> Any:
+        """:meth:`call`'s call of the action at ``at``: ``None``, the exception, or the
+        awaitable."""
         try:
             result = task.action(at)
             if result is None:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from rota import tracing
 from rota._core.calls import RunContext
 from rota._core.types import epoch_shown
 from rota.durable import GivenBack, RunCancelled
@@ -105,6 +106,7 @@ def run_command(
         "ROTA_KEY": f"{run.task_id}@{float(run.slot)!r}",
         "ROTA_WINDOW_START": repr(float(run.slot if start is None else start)),
         "ROTA_WINDOW_END": repr(float(run.window_end)),
+        **tracing.environ(),  # TRACEPARENT: the run's span, when tracing is on
     }
     try:
         proc = subprocess.Popen(

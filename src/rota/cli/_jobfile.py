@@ -43,6 +43,7 @@ from ._fleet import (
     retention,
     tags,
 )
+from ._http import HTTP, request_spec
 from ._values import JobFileError, duration, instant, zone
 
 COMMAND = "rota.cli._command:run_command"
@@ -52,10 +53,11 @@ JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
      "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
      "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue", "log_output",
-     "business_day", "calendar", "on_excluded", "after", "tags", "alert"}
+     "business_day", "calendar", "on_excluded", "after", "tags", "alert", "http"}
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue",
-                           "business_day", "calendar", "on_excluded", "after"}  # fmt: skip
+                           "http", "business_day", "calendar", "on_excluded",
+                           "after"}  # fmt: skip
 HANDOFF = "rota.handoff:publish"
 """The stored action of ``enqueue`` jobs (see :mod:`rota.handoff`)."""
 FLEET_TABLES = ("retention", "alerts", "access")
@@ -412,8 +414,10 @@ def _merged(defaults: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     unfit: set[str] = set()
     if "at" in raw:
         unfit |= RECURRING_KEYS
-    if "call" in raw or "enqueue" in raw:
+    if "call" in raw or "enqueue" in raw or "http" in raw:
         unfit |= {"timeout", "env", "inherit_env", "cwd"}
+    if "http" in raw:
+        unfit |= {"args", "kwargs"}
     if "command" in raw:
         unfit |= {"args", "kwargs"}
     for name in unfit - set(raw):
@@ -442,8 +446,15 @@ def _job(
     kind, when, tz = _schedule(raw, calendars or {}, tz, where)
     timeout = duration(raw["timeout"], key("timeout")) if "timeout" in raw else None
     args: list[Any] | None
-    does = _one_of(raw, ("command", "call", "enqueue"), where)
-    if does == "command":
+    does = _one_of(raw, ("command", "call", "enqueue", "http"), where)
+    if does == "http":
+        if set(raw) & {"args", "kwargs", "env", "inherit_env", "cwd", "timeout"}:
+            raise JobFileError(
+                f"{where}: 'args'/'kwargs'/'env'/'inherit_env'/'cwd'/'timeout' do not go with "
+                "'http' (its timeout is in its table)"
+            )
+        action, args, kwargs = HTTP, [request_spec(raw["http"], key)], None
+    elif does == "command":
         if "args" in raw or "kwargs" in raw:
             raise JobFileError(f"{where}: 'args'/'kwargs' go with 'call', not 'command'")
         action, args, kwargs = _command(raw, timeout, key)

@@ -1,0 +1,76 @@
+"""Each run is an OpenTelemetry span (the SDK's in-memory exporter), current while its
+action runs, so the work it starts is the span's child: a command gets
+``TRACEPARENT``, an HTTP job's request ``traceparent``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rota import FixedRate, ManualClock, Scheduler, tracing
+
+pytest.importorskip("opentelemetry.sdk")  # the dev extra installs it
+
+
+@pytest.fixture(scope="module")
+def spans() -> Any:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return exporter
+
+
+def test_a_run_is_a_span_whose_context_its_work_carries(spans: Any) -> None:
+    spans.clear()
+    seen: list[dict[str, str]] = []
+    clock = ManualClock(1000.0)
+    sched = Scheduler(clock=clock, epoch=True)
+    sched.schedule("sync", FixedRate(10, start=1000.0), lambda at: seen.append(tracing.environ()))
+
+    def boom(at: float) -> None:
+        raise RuntimeError("down")
+
+    sched.schedule("fails", FixedRate(10, start=1000.0), boom)
+    clock.advance(2.5)
+    sched.tick(clock())
+    by_job = {s.attributes["rota.job"]: s for s in spans.get_finished_spans()}
+    run = by_job["sync"]
+    assert run.name == "rota.run"
+    assert dict(run.attributes) == {
+        "rota.job": "sync", "rota.slot": 1000.0, "rota.attempt": 0,
+        "rota.key": "sync@1000.0", "rota.lag_s": 2.5, "rota.result": "ok",
+    }  # fmt: skip
+    [carried] = seen
+    context = run.get_span_context()
+    assert carried["TRACEPARENT"].split("-")[:3] == ["00", f"{context.trace_id:032x}",
+                                                     f"{context.span_id:016x}"]  # fmt: skip
+    failed = by_job["fails"]
+    assert failed.attributes["rota.result"] == "failed"
+    assert failed.events[0].name == "exception"
+    assert not failed.status.is_ok
+
+
+def test_a_command_gets_traceparent(spans: Any, tmp_path: Any) -> None:
+    from rota.cli._command import run_command
+
+    spans.clear()
+    out = tmp_path / "tp"
+    clock = ManualClock(1000.0)
+    sched = Scheduler(clock=clock, epoch=True)
+
+    def command(at: float, *, run: Any) -> None:
+        run_command(["sh", "-c", f'echo "$TRACEPARENT" > {out}'], 10, run=run)
+
+    sched.schedule("cmd", FixedRate(10, start=1000.0), command)
+    sched.tick(clock())
+    [span] = spans.get_finished_spans()
+    context = span.get_span_context()
+    parent = out.read_text().strip().split("-")
+    assert parent[1:3] == [f"{context.trace_id:032x}", f"{context.span_id:016x}"]
