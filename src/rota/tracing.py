@@ -24,6 +24,8 @@ ACTIVE = importlib.util.find_spec("opentelemetry") is not None
 SPAN = "rota.run"
 """The name of a run's span."""
 
+_tracer: Any = None  # rota's tracer, got once (the API's proxy follows a provider set later)
+
 
 @contextlib.contextmanager
 def run_span(job: object, slot: float, attempt: int, lag: float) -> Iterator[Any]:
@@ -34,9 +36,12 @@ def run_span(job: object, slot: float, attempt: int, lag: float) -> Iterator[Any
     if not ACTIVE:
         yield None
         return
-    from opentelemetry import trace
+    global _tracer  # noqa: PLW0603 (one tracer for the process, got on first use)
+    if _tracer is None:
+        from opentelemetry import trace
 
-    tracer = trace.get_tracer("rota")
+        _tracer = trace.get_tracer("rota")
+    tracer = _tracer
     attributes: dict[str, str | float | int] = {
         "rota.job": str(job), "rota.slot": float(slot), "rota.attempt": int(attempt),
         "rota.key": f"{job}@{float(slot)!r}", "rota.lag_s": float(lag),

@@ -60,8 +60,11 @@ TAKE = 20.0
 longer than a round of :data:`TRIES` (a node that died holding it delays it this long)."""
 
 
+FEW = 4
+"""Recorded runs of each job a pass reads first (a busy job's few since the last)."""
 JUDGED = 200
-"""Recorded runs read per look at a job's streak (more ended since: the newest count)."""
+"""Recorded runs read when more than :data:`FEW` ended since the last pass (more than
+this: the newest count)."""
 
 
 def _order(run: Any) -> tuple[float, int, int]:
@@ -86,6 +89,9 @@ class Fleet:
         self._retention: Retention | None = None
         self._lock = threading.Lock()
         self._pending: set[str] = set()
+        # each job's streak as this node last stored or read it: an ok run of a job
+        # with none is not judged (another node's failures meanwhile are counted by it)
+        self._known: dict[str, int] = {}
         self._running: dict[tuple[str, float], float] = {}  # (job, at) -> started (epoch)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -128,6 +134,8 @@ class Fleet:
             return
         with self._lock:
             self._running.pop((job, float(outcome.at)), None)
+            if outcome.result is Result.OK and self._known.get(job) == 0:
+                return  # no streak to end: nothing to count, nothing to read
             if outcome.result is not Result.RETRY and not isinstance(
                 outcome.error, GivenBack | RunCancelled
             ):
@@ -162,43 +170,58 @@ class Fleet:
             self._wake.wait(1.0)
 
     def _judge(self) -> None:
-        """The streak of each job that ended a run: the alerts it calls for, stored."""
+        """The streak of each job that ended a run since the last pass, moved forward by
+        the runs it has not counted yet, and the alerts a crossing calls for (raised
+        before the streak is stored: a crash between the two raises them again under
+        the same keys, nothing lost, nothing sent twice). A pass costs two reads and
+        one write transaction, however many jobs it judges; a streak another node
+        moved meanwhile is judged again at the next pass, from what that node stored."""
         with self._lock:
-            jobs, self._pending = self._pending, set()
             rules = dict(self._rules)
-        for job in sorted(jobs):
-            rule = rules.get(job)
-            if rule is not None:
-                self._judge_one(job, rule)
-
-    def _judge_one(self, job: str, rule: AlertRule) -> None:
-        """Apply the job's runs that ended for good since its stored streak to it, and
-        raise the alerts a crossing calls for (before the streak is stored, so a crash
-        between the two raises them again under the same keys: nothing is lost, nothing
-        sent twice). The streak is swapped in only if no other node moved it meanwhile
-        (else this is done again from what that node stored)."""
-        ledger = self._sched.store.ledger
-        for _ in range(10):
-            state = ledger.setting(f"streak:{job}")
+            jobs, self._pending = sorted(j for j in self._pending if j in rules), set()
+        if not jobs:
+            return
+        store = self._sched.store
+        states = store.ledger.settings([f"streak:{job}" for job in jobs])
+        recent = store.recent(jobs, FEW)
+        changes: list[tuple[str, Any, dict[str, Any]]] = []
+        for job in jobs:
+            state = states.get(f"streak:{job}")
             last = None if state is None else tuple(state["last"])
-            runs = [
-                o for o in reversed(self._sched.history(job, JUDGED))
+            runs = recent.get(job, [])
+            if len(runs) == FEW and (last is None or _order(runs[-1]) > last):
+                runs = self._sched.history(job, JUDGED)  # more ended than a pass reads
+            new = [
+                o for o in reversed(runs)
                 if o.result in ("ok", "failed") and (last is None or _order(o) > last)
             ]  # fmt: skip
-            if not runs:
-                return
-            count = 0 if state is None else int(state["count"])
-            for run in runs:
-                before, count = count, (count + 1 if run.result == "failed" else 0)
-                if before < rule.after <= count:
-                    self._raise(job, "failing", run, count, rule)
-                if rule.pause_after is not None and before < rule.pause_after <= count:
-                    self._raise(job, "paused", run, count, rule)
-                    self._pause(job, count)
-                if count == 0 and rule.recovered and before >= rule.after:
-                    self._raise(job, "recovered", run, before, rule)
-            if ledger.swap(f"streak:{job}", state, {"count": count, "last": _order(runs[-1])}):
-                return
+            if new:
+                count = self._walk(job, rules[job], 0 if state is None else state["count"], new)
+                changes.append((f"streak:{job}", state, {"count": count, "last": _order(new[-1])}))
+        swapped = store.ledger.swaps(changes)
+        lost = [name for (name, _, _), done in zip(changes, swapped, strict=True) if not done]
+        with self._lock:
+            for name, _, stored in changes:
+                self._known[name.removeprefix("streak:")] = stored["count"]
+            for name in lost:
+                self._known.pop(name.removeprefix("streak:"), None)
+                self._pending.add(name.removeprefix("streak:"))
+        if lost:
+            self._wake.set()
+
+    def _walk(self, job: str, rule: AlertRule, count: int, runs: list[Any]) -> int:
+        """A streak of ``count`` moved through ``runs`` (oldest first), raising the
+        alerts each crossing calls for; the streak after them."""
+        for run in runs:
+            before, count = count, (count + 1 if run.result == "failed" else 0)
+            if before < rule.after <= count:
+                self._raise(job, "failing", run, count, rule)
+            if rule.pause_after is not None and before < rule.pause_after <= count:
+                self._raise(job, "paused", run, count, rule)
+                self._pause(job, count)
+            if count == 0 and rule.recovered and before >= rule.after:
+                self._raise(job, "recovered", run, before, rule)
+        return count
 
     def _pause(self, job: str, count: int) -> None:
         """``pause_after``: the job paused, with a note saying why (in the audit log)."""

@@ -61,9 +61,16 @@ class Ledger(Protocol):
     def put_setting(self, name: str, value: Any) -> None:
         """Set (``None``: unset) a setting a node publishes for the others. O(1)."""
 
+    def settings(self, names: Sequence[str]) -> dict[str, Any]:
+        """The settings of ``names`` that are set, by name. O(len(names))."""
+
     def swap(self, name: str, old: Any, new: Any) -> bool:
         """Set a setting to ``new`` if it is ``old`` now (``None``: unset): whether it
         was, so that processes deciding from it at once decide once. O(1)."""
+
+    def swaps(self, changes: Sequence[tuple[str, Any, Any]]) -> list[bool]:
+        """:meth:`swap` for each ``(name, old, new)``, in one transaction; whether each
+        was set. O(len(changes))."""
 
     def audit(self, row: AuditRow) -> None:
         """Append a control action to the audit log. O(1)."""
@@ -94,9 +101,12 @@ class Ledger(Protocol):
         (``None``: no such rule). How many rows went. One transaction."""
 
 
-Run = Callable[[str, Sequence[Any], bool], tuple[list[tuple[Any, ...]], int]]
-"""How a database store runs one statement for its ledger: ``(sql, params, write)``
-to ``(rows, rowcount)``; a write in a transaction of its own (``?`` placeholders)."""
+Run = Callable[
+    [Sequence[tuple[str, Sequence[Any]]], bool], list[tuple[list[tuple[Any, ...]], int]]
+]
+"""How a database store runs statements for its ledger: ``([(sql, params), ...],
+write)`` to each one's ``(rows, rowcount)``; writes in one transaction of their own
+(``?`` placeholders)."""
 
 
 def ledger_steps(p: str, serial: str, real: str) -> list[str]:
@@ -121,17 +131,40 @@ class SqlLedger:
         self._p = p
         self._run = run
 
+    def _one(
+        self, sql: str, params: Sequence[Any], write: bool
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        return self._run([(sql, params)], write)[0]
+
+    def settings(self, names: Sequence[str]) -> dict[str, Any]:
+        """See :meth:`Ledger.settings`. One query per 500 names."""
+        found: dict[str, Any] = {}
+        for at in range(0, len(names), 500):
+            part = [_key(n) for n in names[at : at + 500]]
+            marks = ", ".join("?" * len(part))
+            sql = f"SELECT key, value FROM {self._p}meta WHERE key IN ({marks})"
+            rows, _ = self._one(sql, part, False)
+            found.update((key[len("setting:") :], json.loads(value)) for key, value in rows)
+        return found
+
+    def swaps(self, changes: Sequence[tuple[str, Any, Any]]) -> list[bool]:
+        """See :meth:`Ledger.swaps`: one transaction."""
+        if not changes:
+            return []
+        done = self._run([_swap_sql(self._p, *change) for change in changes], True)
+        return [count == 1 for _, count in done]
+
     def setting(self, name: str) -> Any:
         """See :meth:`Ledger.setting`."""
-        rows, _ = self._run(f"SELECT value FROM {self._p}meta WHERE key = ?", [_key(name)], False)
+        rows, _ = self._one(f"SELECT value FROM {self._p}meta WHERE key = ?", [_key(name)], False)
         return json.loads(rows[0][0]) if rows else None
 
     def put_setting(self, name: str, value: Any) -> None:
         """See :meth:`Ledger.put_setting`."""
         if value is None:
-            self._run(f"DELETE FROM {self._p}meta WHERE key = ?", [_key(name)], True)
+            self._one(f"DELETE FROM {self._p}meta WHERE key = ?", [_key(name)], True)
             return
-        self._run(
+        self._one(
             f"INSERT INTO {self._p}meta (key, value) VALUES (?, ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             [_key(name), json.dumps(value)],
@@ -140,21 +173,11 @@ class SqlLedger:
 
     def swap(self, name: str, old: Any, new: Any) -> bool:
         """See :meth:`Ledger.swap`."""
-        if old is None:
-            sql, params = (
-                f"INSERT INTO {self._p}meta (key, value) VALUES (?, ?) ON CONFLICT (key) "
-                "DO NOTHING", [_key(name), json.dumps(new)],
-            )  # fmt: skip
-        else:
-            sql, params = (
-                f"UPDATE {self._p}meta SET value = ? WHERE key = ? AND value = ?",
-                [json.dumps(new), _key(name), json.dumps(old)],
-            )
-        return self._run(sql, params, True)[1] == 1
+        return self.swaps([(name, old, new)])[0]
 
     def audit(self, row: AuditRow) -> None:
         """See :meth:`Ledger.audit`."""
-        self._run(
+        self._one(
             f"INSERT INTO {self._p}audit (at, who, action, task_id, note, applied) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             [row.at, row.who, row.action, row.job, row.note, int(row.applied)],
@@ -164,7 +187,7 @@ class SqlLedger:
     def audits(self, job: str | None, limit: int) -> list[AuditRow]:
         """See :meth:`Ledger.audits`."""
         where, params = ("WHERE task_id = ? ", [job]) if job is not None else ("", [])
-        rows, _ = self._run(
+        rows, _ = self._one(
             f"SELECT at, who, action, task_id, note, applied FROM {self._p}audit {where}"
             "ORDER BY id DESC LIMIT ?",
             [*params, limit],
@@ -174,7 +197,7 @@ class SqlLedger:
 
     def alert(self, row: AlertRow) -> bool:
         """See :meth:`Ledger.alert`."""
-        _, count = self._run(
+        _, count = self._one(
             f"INSERT INTO {self._p}alerts (task_id, event, key, body, at) VALUES "
             "(?, ?, ?, ?, ?) ON CONFLICT (task_id, event, key) DO NOTHING",
             [row.job, row.event, row.key, json.dumps(row.body), row.at],
@@ -185,7 +208,7 @@ class SqlLedger:
     def alerts(self, unsent: bool, limit: int) -> list[AlertRow]:
         """See :meth:`Ledger.alerts`."""
         order = "WHERE sent IS NULL ORDER BY at" if unsent else "ORDER BY at DESC"
-        rows, _ = self._run(
+        rows, _ = self._one(
             f"SELECT task_id, event, key, body, at, sent FROM {self._p}alerts {order} LIMIT ?",
             [limit],
             False,
@@ -197,7 +220,7 @@ class SqlLedger:
 
     def take(self, row: AlertRow, node: str, until: Time, now: Time) -> bool:
         """See :meth:`Ledger.take`."""
-        _, count = self._run(
+        _, count = self._one(
             f"UPDATE {self._p}alerts SET taker = ?, taken_until = ? WHERE task_id = ? AND "
             "event = ? AND key = ? AND sent IS NULL AND (taken_until IS NULL OR "
             "taken_until < ?)",
@@ -208,7 +231,7 @@ class SqlLedger:
 
     def release(self, row: AlertRow, until: Time) -> None:
         """See :meth:`Ledger.release`."""
-        self._run(
+        self._one(
             f"UPDATE {self._p}alerts SET taken_until = ? WHERE task_id = ? AND event = ? "
             "AND key = ?",
             [until, row.job, row.event, row.key],
@@ -217,7 +240,7 @@ class SqlLedger:
 
     def sent(self, row: AlertRow, at: Time) -> None:
         """See :meth:`Ledger.sent`."""
-        self._run(
+        self._one(
             f"UPDATE {self._p}alerts SET sent = ? WHERE task_id = ? AND event = ? AND key = ?",
             [at, row.job, row.event, row.key],
             True,
@@ -228,7 +251,7 @@ class SqlLedger:
         outcomes' ranking reads every outcome (run it every few minutes, not per run)."""
         p, gone = self._p, 0
         if keep_runs is not None:
-            gone += self._run(
+            gone += self._one(
                 f"DELETE FROM {p}outcomes WHERE (task_id, slot, attempt, fence) IN (SELECT "
                 "task_id, slot, attempt, fence FROM (SELECT task_id, slot, attempt, fence, "
                 "row_number() OVER (PARTITION BY task_id ORDER BY slot DESC, attempt DESC, "
@@ -239,13 +262,26 @@ class SqlLedger:
         if before is not None:
             for table in ("audit", "alerts"):
                 key = "id" if table == "audit" else "task_id, event, key"
-                gone += self._run(
+                gone += self._one(
                     f"DELETE FROM {p}{table} WHERE ({key}) IN (SELECT {key} FROM {p}{table} "
                     "WHERE at < ? LIMIT ?)",
                     [before, limit],
                     True,
                 )[1]
         return gone
+
+
+def _swap_sql(p: str, name: str, old: Any, new: Any) -> tuple[str, list[Any]]:
+    """The statement of one compare-and-set of a setting (``old`` ``None``: unset)."""
+    if old is None:
+        return (
+            f"INSERT INTO {p}meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+            [_key(name), json.dumps(new)],
+        )
+    return (
+        f"UPDATE {p}meta SET value = ? WHERE key = ? AND value = ?",
+        [json.dumps(new), _key(name), json.dumps(old)],
+    )
 
 
 def _key(name: str) -> str:
@@ -283,13 +319,26 @@ class MemoryLedger:
             else:
                 self._settings[name] = json.dumps(value)
 
+    def settings(self, names: Sequence[str]) -> dict[str, Any]:
+        """See :meth:`Ledger.settings`."""
+        with self._lock:
+            found = {n: self._settings[n] for n in names if n in self._settings}
+        return {n: json.loads(text) for n, text in found.items()}
+
     def swap(self, name: str, old: Any, new: Any) -> bool:
         """See :meth:`Ledger.swap`."""
+        return self.swaps([(name, old, new)])[0]
+
+    def swaps(self, changes: Sequence[tuple[str, Any, Any]]) -> list[bool]:
+        """See :meth:`Ledger.swaps`."""
+        done = []
         with self._lock:
-            if self._settings.get(name) != (None if old is None else json.dumps(old)):
-                return False
-            self._settings[name] = json.dumps(new)
-            return True
+            for name, old, new in changes:
+                same = self._settings.get(name) == (None if old is None else json.dumps(old))
+                if same:
+                    self._settings[name] = json.dumps(new)
+                done.append(same)
+        return done
 
     def audit(self, row: AuditRow) -> None:
         """See :meth:`Ledger.audit`."""

@@ -352,14 +352,17 @@ def session_settings(
 
 
 def ledger_run(
-    retrying: Callable[..., Any], sql: str, params: Sequence[Any], write: bool
-) -> tuple[list[tuple[Any, ...]], int]:
-    """One statement of the ledger (:data:`rota.store._ledger.Run`) through a store's
-    ``retrying``: a write in a transaction of its own, a read without one."""
+    retrying: Callable[..., Any], statements: Sequence[tuple[str, Sequence[Any]]], write: bool
+) -> list[tuple[list[tuple[Any, ...]], int]]:
+    """Statements of the ledger (:data:`rota.store._ledger.Run`) through a store's
+    ``retrying``: writes in one transaction, reads without one."""
 
-    def work(db: psycopg.Connection[Any]) -> tuple[list[tuple[Any, ...]], int]:
-        cursor = db.execute(sql.replace("?", "%s"), params)
-        return (cursor.fetchall() if cursor.description else []), cursor.rowcount
+    def work(db: psycopg.Connection[Any]) -> list[tuple[list[tuple[Any, ...]], int]]:
+        done = []
+        for sql, params in statements:
+            cursor = db.execute(sql.replace("?", "%s"), params)
+            done.append(((cursor.fetchall() if cursor.description else []), cursor.rowcount))
+        return done
 
-    result: tuple[list[tuple[Any, ...]], int] = retrying(work, transaction=write)
+    result: list[tuple[list[tuple[Any, ...]], int]] = retrying(work, transaction=write)
     return result

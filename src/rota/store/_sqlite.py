@@ -589,13 +589,17 @@ class SQLiteStore(StoreBase):
         return SqlLedger(self._p, self._ledger_run)
 
     def _ledger_run(
-        self, sql: str, params: Sequence[Any], write: bool
-    ) -> tuple[list[tuple[Any, ...]], int]:
+        self, statements: Sequence[tuple[str, Sequence[Any]]], write: bool
+    ) -> list[tuple[list[tuple[Any, ...]], int]]:
         if not write:
-            return self._db().execute(sql, params).fetchall(), -1
+            db = self._db()
+            return [(db.execute(sql, params).fetchall(), -1) for sql, params in statements]
         with self._write() as db:
-            cursor = db.execute(sql, params)
-            return cursor.fetchall(), cursor.rowcount
+            done = []
+            for sql, params in statements:
+                cursor = db.execute(sql, params)
+                done.append((cursor.fetchall(), cursor.rowcount))
+            return done
 
     def changes(self, wait: float = 0.0) -> int:
         """``PRAGMA data_version`` of this thread's connection: moves when others commit.

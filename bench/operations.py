@@ -1,0 +1,190 @@
+"""Operating a fleet: what alerts and tracing cost per run on a busy node, as a ratio to
+the same drain without them (``x plain``).
+
+The drain: 1,000 jobs, ticked through a simulated day of hourly slots (24,000 runs),
+on a SQLite file (``DurableScheduler.tick``, one commit per run) and, for tracing,
+also in memory (``Scheduler.tick``), a run and its decision per op.
+
+- ``alerts``: every job has an alert rule (``after = 3``, ``recovered``); each run's
+  outcome goes to the node's :class:`rota.cli._alerts.Fleet` (its thread reads the
+  job's streak from the store and swaps it, as ``rota run`` does), and the drain
+  waits for the fleet to have judged every run before it stops the clock. Healthy
+  jobs (an ok run of a job without a streak is not judged), and jobs whose every run
+  fails (each judged: the worst case; its alerts are written, none delivered: their
+  destination is another node's).
+- ``tracing``: ``rota.tracing`` off (the API absent, as without the extra), on with
+  no SDK provider (the API's no-op spans) and on with the SDK and an exporter that
+  drops what it is given (the SDK's full cost short of the network).
+
+Usage: ``python bench/operations.py`` (about two minutes); writes
+``bench/results/operations.md`` and ``operations.json``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import Figure, Run, interleave, save, table, timed
+
+from rota import FixedRate, ManualClock, Scheduler, tracing
+from rota.cli._alerts import Fleet
+from rota.cli._fleet import AlertRule
+from rota.cli._jobfile import JobFile
+from rota.durable import DurableScheduler
+from rota.store import SQLiteStore
+
+HOUR = 3600.0
+START = 1_800_000_000.0 - 1_800_000_000.0 % 86400
+JOBS = 1000
+
+
+def noop(at: float) -> None:
+    """A run that does nothing: what is measured is the scheduling."""
+
+
+def fail(at: float) -> None:
+    """A run that fails: every run of a failing job is judged (its streak moves)."""
+    raise RuntimeError("down")
+
+
+class _Job:
+    """What :class:`Fleet.update` reads of a job (its id and alert rule)."""
+
+    def __init__(self, job_id: str, alert: AlertRule | None) -> None:
+        self.id = job_id
+        self.alert = alert
+
+
+def drain(durable: bool, *, alerts: bool = False, trace: str = "off", fails: bool = False) -> Run:
+    """A simulated day of hourly ticks over 1,000 jobs (whose runs all fail, with
+    ``fails``), with alerts or tracing as asked (``trace``: ``off``, ``noop`` or
+    ``sdk``)."""
+    clock = ManualClock(START)
+    sched: Scheduler
+    if durable:
+        store = SQLiteStore(Path(tempfile.mkdtemp()) / "o.db", synchronous="NORMAL")
+        sched = DurableScheduler(store, clock=clock, lease=10 * 86400)
+        sched.register("noop", fail if fails else noop)
+    else:
+        sched = Scheduler(clock=clock, epoch=True)
+    for k in range(JOBS):
+        action: Any = "noop" if durable else noop
+        sched.schedule(f"j{k}", FixedRate(HOUR, start=START + HOUR), action)
+    fleet = None
+    if alerts:
+        assert isinstance(sched, DurableScheduler)
+        fleet = Fleet(sched)
+        # its destination is another node's: alerts are written, none delivered here
+        rule = AlertRule(("elsewhere",), after=3, recovered=True)
+        jobs: Sequence[Any] = [_Job(f"j{k}", rule) for k in range(JOBS)]
+        fleet.update(JobFile(list(jobs), None, {}, []))
+        _settled(fleet)
+
+    def body() -> int:
+        tracing.ACTIVE = trace != "off"
+        done = 0
+        try:
+            for hour in range(1, 25):
+                clock.set(START + hour * HOUR)
+                outcomes = sched.tick(START + hour * HOUR)
+                done += len(outcomes)
+                if fleet is not None:
+                    for outcome in outcomes:
+                        fleet.outcome(outcome)
+            if fleet is not None:
+                _settled(fleet)
+        finally:
+            tracing.ACTIVE = ACTIVE
+        return done
+
+    def run() -> tuple[int, int]:
+        _provider(trace)
+        try:
+            return timed(body)
+        finally:
+            if fleet is not None:
+                fleet.close()
+
+    return run
+
+
+def _settled(fleet: Fleet) -> None:
+    """Until the fleet's thread has judged every job it was told of."""
+    while True:
+        with fleet._lock:
+            if not fleet._pending:
+                break
+        time.sleep(0.001)
+    time.sleep(0.01)  # the pass that took the last ones ends
+
+
+ACTIVE = tracing.ACTIVE
+PROVIDERS: dict[str, Any] = {}
+
+
+def _provider(trace: str) -> None:
+    """The tracer provider of a ``trace`` mode (set through the API's proxy, so each
+    mode can be switched to in one process)."""
+    from opentelemetry import trace as api
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    if not PROVIDERS:
+        sdk = TracerProvider()
+        sdk.add_span_processor(SimpleSpanProcessor(Dropped()))
+        PROVIDERS.update(sdk=sdk, noop=api.NoOpTracerProvider())
+        api.set_tracer_provider(_switch())
+    _Switch.current = PROVIDERS.get(trace, PROVIDERS["noop"])
+    tracing._tracer = None  # its next run gets the mode's tracer
+
+
+def _switch() -> Any:
+    """A tracer provider that hands out the current mode's tracers."""
+    from opentelemetry import trace as api
+
+    class Switch(api.TracerProvider):
+        def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+            return _Switch.current.get_tracer(*args, **kwargs)
+
+    return Switch()
+
+
+class _Switch:
+    current: Any = None
+
+
+def main() -> None:
+    figures: list[Figure] = []
+    figures += interleave(
+        "alerts, SQLite", 0,
+        {"plain": lambda: drain(True), "alerts": lambda: drain(True, alerts=True)},
+    )  # fmt: skip
+    figures += interleave(
+        "alerts, SQLite, every run failing", 0,
+        {"plain": lambda: drain(True, fails=True),
+         "alerts": lambda: drain(True, alerts=True, fails=True)},
+    )  # fmt: skip
+    for durable, where in ((False, "memory"), (True, "SQLite")):
+        figures += interleave(
+            f"tracing, {where}", 0,
+            {
+                "plain": lambda d=durable: drain(d),  # type: ignore[misc]
+                "tracing, no SDK": lambda d=durable: drain(d, trace="noop"),  # type: ignore[misc]
+                "tracing, SDK": lambda d=durable: drain(d, trace="sdk"),  # type: ignore[misc]
+            },
+        )  # fmt: skip
+    markdown = table(figures, ["plain"])
+    save("operations", "python bench/operations.py", figures, {}, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
