@@ -67,6 +67,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/durable.py
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/scale.py
 	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/dependencies.py
+	$(BIN)/python tests/postgres_server.py --durable -- $(BIN)/python bench/operations.py
 
 clean:
 	rm -rf $(VENV) .venv-aps4 dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

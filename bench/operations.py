@@ -16,15 +16,21 @@ also in memory (``Scheduler.tick``), a run and its decision per op.
   no SDK provider (the API's no-op spans) and on with the SDK and an exporter that
   drops what it is given (the SDK's full cost short of the network).
 
-Usage: ``python bench/operations.py`` (about two minutes); writes
+Retention: the longest transaction of one batch of the rule, over 200,000 recorded
+runs, on SQLite and (``ROTA_PG_DSN`` set) PostgreSQL, beside the bound (a tenth of
+the default lease).
+
+Usage: ``python bench/operations.py`` (about ten minutes); writes
 ``bench/results/operations.md`` and ``operations.json``.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +46,7 @@ from rota.store import SQLiteStore
 HOUR = 3600.0
 START = 1_800_000_000.0 - 1_800_000_000.0 % 86400
 JOBS = 1000
+PG = os.environ.get("ROTA_PG_DSN")
 
 
 def noop(at: float) -> None:
@@ -161,6 +168,58 @@ class _Switch:
     current: Any = None
 
 
+LEASE = 30.0
+"""The default lease (``DurableScheduler(lease=30.0)``): no pruning transaction may
+hold a tenth of it."""
+
+
+def pruning(where: str, runs: int = 200_000, tasks: int = 200) -> dict[str, float]:
+    """The longest transaction of the retention rule (``keep_runs = 100``, then ``keep``
+    leaving 50 runs a job) in batches of :data:`rota.cli._alerts.PRUNE_BATCH`, over
+    ``runs`` recorded runs of ``tasks`` jobs, beside a tenth of the default lease."""
+    from rota.cli._alerts import PRUNE_BATCH
+
+    per = runs // tasks
+    rows = [
+        (f"t{t}", START + k, 0, 1, START + k, "ok", None, START + k, START + k, 0)
+        for t in range(tasks) for k in range(per)
+    ]  # fmt: skip
+    insert = ("INSERT INTO {p}outcomes (task_id, slot, attempt, fence, at, result, error, "
+              "started, finished, skipped) VALUES ({marks})")  # fmt: skip
+    store: Any
+    if where == "SQLite":
+        store = SQLiteStore(Path(tempfile.mkdtemp()) / "p.db", synchronous="NORMAL")
+        store.open()
+        with store._write() as db:
+            db.executemany(insert.format(p="rota_", marks=", ".join("?" * 10)), rows)
+    else:
+        import psycopg
+
+        from rota.store import PostgresStore
+
+        assert PG is not None
+        prefix = f"bench_prune_{uuid.uuid4().hex[:8]}_"
+        store = PostgresStore(PG, prefix=prefix)
+        store.open()
+        with psycopg.connect(PG, autocommit=True) as db, db.cursor() as cursor:
+            cursor.executemany(insert.format(p=prefix, marks=", ".join(["%s"] * 10)), rows)
+    longest = {"keep_runs": 0.0, "keep": 0.0}
+    steps: dict[str, Callable[[], int]] = {
+        "keep_runs": lambda: store.ledger.trim(None, 100, PRUNE_BATCH),
+        "keep": lambda: store.prune(START + per - 50, PRUNE_BATCH),
+    }
+    for rule, step in steps.items():
+        while True:
+            began = time.perf_counter()
+            gone = step()
+            longest[rule] = max(longest[rule], time.perf_counter() - began)
+            if not gone:
+                break
+    store.close()
+    return {"runs": runs, **{f"{k} longest s": v for k, v in longest.items()},
+            "bound s": LEASE / 10}  # fmt: skip
+
+
 def main() -> None:
     figures: list[Figure] = []
     figures += interleave(
@@ -181,8 +240,17 @@ def main() -> None:
                 "tracing, SDK": lambda d=durable: drain(d, trace="sdk"),  # type: ignore[misc]
             },
         )  # fmt: skip
-    markdown = table(figures, ["plain"])
-    save("operations", "python bench/operations.py", figures, {}, markdown)
+    prunes = {where: pruning(where) for where in ("SQLite", *(["PostgreSQL"] if PG else []))}
+    rows = ["| store | runs | longest keep_runs batch s | longest keep batch s | bound s |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    rows += [
+        f"| {where} | {p['runs']:,.0f} | {p['keep_runs longest s']:.3f} "
+        f"| {p['keep longest s']:.3f} | {p['bound s']:.1f} |"
+        for where, p in prunes.items()
+    ]
+    markdown = table(figures, ["plain"]) + "\n\nRetention, one batch's transaction:\n\n"
+    markdown += "\n".join(rows) + "\n"
+    save("operations", "python bench/operations.py", figures, {"prune": prunes}, markdown)
     print(markdown)
 
 

@@ -125,3 +125,43 @@ def make_sched(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Callab
     yield make
     for store in stores:
         store.close()
+
+
+@pytest.fixture(scope="session")
+def _tracer_switch() -> Any:
+    """A tracer provider for the whole process (the API allows one) that hands out the
+    tracers of the provider a test switched it to (none: the API's no-op ones)."""
+    from opentelemetry import trace
+
+    class Switch(trace.TracerProvider):
+        current: Any = trace.NoOpTracerProvider()
+
+        def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+            return self.current.get_tracer(*args, **kwargs)
+
+    switch = Switch()
+    trace.set_tracer_provider(switch)
+    return switch
+
+
+@pytest.fixture
+def spans(_tracer_switch: Any) -> Iterator[Any]:
+    """The OpenTelemetry SDK as the tracer provider for one test, its spans kept in
+    memory (the exporter this yields); the API's no-op tracers before and after."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from rota import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _tracer_switch.current = provider
+    tracing._tracer = None  # rota's next run gets the SDK's tracer
+    try:
+        yield exporter
+    finally:
+        _tracer_switch.current = trace.NoOpTracerProvider()
+        tracing._tracer = None

@@ -6,29 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from rota import FixedRate, ManualClock, Scheduler, tracing
-
-pytest.importorskip("opentelemetry.sdk")  # the dev extra installs it
-
-
-@pytest.fixture(scope="module")
-def spans() -> Any:
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
-    return exporter
 
 
 def test_a_run_is_a_span_whose_context_its_work_carries(spans: Any) -> None:
-    spans.clear()
     seen: list[dict[str, str]] = []
     clock = ManualClock(1000.0)
     sched = Scheduler(clock=clock, epoch=True)
@@ -60,7 +41,6 @@ def test_a_run_is_a_span_whose_context_its_work_carries(spans: Any) -> None:
 def test_a_command_gets_traceparent(spans: Any, tmp_path: Any) -> None:
     from rota.cli._command import run_command
 
-    spans.clear()
     out = tmp_path / "tp"
     clock = ManualClock(1000.0)
     sched = Scheduler(clock=clock, epoch=True)

@@ -8,14 +8,16 @@ a command job gets as ``TRACEPARENT``/``TRACESTATE`` (:func:`environ`), an HTTP 
 as headers, a hand-off in its queue message's headers. Configure OpenTelemetry the
 usual way (the SDK in the library, or ``OTEL_*`` with a distro): without a
 configured provider the API's spans are no-ops. Without the extra, nothing is
-imported and a run pays one test of a module constant (:data:`ACTIVE`).
+imported and a run pays one test of a module constant (:data:`ACTIVE`); without a
+configured provider, a look at the global one (:func:`current`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import Iterator, MutableMapping
+import math
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 ACTIVE = importlib.util.find_spec("opentelemetry") is not None
@@ -24,35 +26,51 @@ ACTIVE = importlib.util.find_spec("opentelemetry") is not None
 SPAN = "rota.run"
 """The name of a run's span."""
 
-_tracer: Any = None  # rota's tracer, got once (the API's proxy follows a provider set later)
+_tracer: Any = None  # rota's tracer from _provider, got once per provider
+_provider: Any = None
+
+
+def current() -> Any:
+    """rota's tracer from the configured provider, or ``None`` when the API is not
+    installed or no provider is configured (the API's default, or a no-op one): then
+    a run makes no span at all. A look at the global provider: well under a
+    microsecond."""
+    if not ACTIVE:
+        return None
+    global _tracer, _provider
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    if _tracer is None or _provider is not provider:
+        _tracer, _provider = provider.get_tracer("rota"), provider
+    return None if isinstance(_tracer, trace.NoOpTracer) else _tracer
 
 
 @contextlib.contextmanager
-def run_span(job: object, slot: float, attempt: int, lag: float) -> Iterator[Any]:
-    """The span of one run, current inside the block; yields it (``None`` without the
-    API). An exception leaving the block is recorded on it and re-raised; set
-    ``rota.result`` on it with :func:`ended`. Cost without a provider: the API's
-    no-op span (sub-microsecond)."""
-    if not ACTIVE:
-        yield None
-        return
-    global _tracer  # noqa: PLW0603 (one tracer for the process, got on first use)
-    if _tracer is None:
-        from opentelemetry import trace
-
-        _tracer = trace.get_tracer("rota")
-    tracer = _tracer
-    attributes: dict[str, str | float | int] = {
-        "rota.job": str(job), "rota.slot": float(slot), "rota.attempt": int(attempt),
-        "rota.key": f"{job}@{float(slot)!r}", "rota.lag_s": float(lag),
-    }  # fmt: skip
-    with tracer.start_as_current_span(SPAN, attributes=attributes) as span:
+def run_span(
+    tracer: Any, job: object, slot: float, attempt: int, lag: Callable[[], float]
+) -> Iterator[Any]:
+    """The span of one run by ``tracer`` (:func:`current`), current inside the block;
+    yields it. ``lag()`` is asked only for a recorded span. Set ``rota.result`` on it
+    with :func:`ended`."""
+    with tracer.start_as_current_span(SPAN) as span:
+        if span.is_recording():
+            try:
+                late = float(lag())
+            except Exception:  # the clock failed: the run goes on, its span without a lag
+                late = math.nan
+            span.set_attributes({
+                "rota.job": str(job), "rota.slot": float(slot), "rota.attempt": int(attempt),
+                "rota.key": f"{job}@{float(slot)!r}", "rota.lag_s": late,
+            })  # fmt: skip
         yield span
 
 
 def ended(span: Any, result: str, error: BaseException | None) -> None:
     """Mark a run's span with its result (and its error as an exception event)."""
-    if span is None:
+    if not span.is_recording():
         return
     span.set_attribute("rota.result", result)
     if error is not None:

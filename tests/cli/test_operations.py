@@ -293,3 +293,37 @@ def test_a_job_alert_naming_an_unknown_destination_is_refused(cli: Cli) -> None:
     done = _plan(cli)
     assert done.returncode == 2
     assert "job 'j': key 'alert': to: no destination 'ops' in [alerts]" in done.stderr
+
+
+def test_a_run_running_longer_than_its_rule_alerts_once(cli: Cli, hook: Hook) -> None:
+    cli.write(
+        f'[alerts]\nops = {{ webhook = "http://127.0.0.1:{hook.port}/hook" }}\n'
+        '[[jobs]]\nid = "slow"\nevery = "1h"\nstart = "2020-01-01T00:00:00+00:00"\n'
+        'misfire = "coalesce"\ncommand = "sleep 4"\n'
+        'alert = { to = ["ops"], running_longer = "1s" }\n'
+    )
+    proc = cli.start()
+    cli.wait(lambda: "running_long" in hook.events(), timeout=30)
+    time.sleep(2)  # the node looks every few seconds: no second alert for the run
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    [body] = hook.bodies
+    assert (body["job"], body["event"]) == ("slow", "running_long")
+    assert body["key"] == f"slow@{body['slot']!r}"
+
+
+def test_a_command_destination_gets_the_alert_as_variables(cli: Cli) -> None:
+    out = cli.dir / "paged"
+    flag = cli.dir / "healthy"
+    cli.write(
+        f'[alerts]\npage = {{ command = ["sh", "-c", "echo $ROTA_ALERT_EVENT $ROTA_ALERT_JOB '
+        f'$ROTA_ALERT_STREAK >> {out}"] }}\n'
+        f'[[jobs]]\nid = "sync"\nevery = "200ms"\ncommand = "test -f {flag}"\n'
+        'alert = { to = ["page"], after = 2 }\n'
+    )
+    proc = cli.start()
+    cli.wait(lambda: out.exists() and out.read_text() != "", timeout=30)
+    time.sleep(1)  # more failures: the streak alerted once
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert out.read_text() == "failing sync 2\n"

@@ -18,12 +18,17 @@ from dramatiq.middleware import CurrentMessage
 URL = os.environ.get("ROTA_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
-def record(target: str, key: str, args: Any) -> None:
-    """Append one execution of ``key`` by ``target``'s worker."""
+def record(target: str, key: str, args: Any, carrier: Any = None) -> None:
+    """Append one execution of ``key`` by ``target``'s worker (with the trace context its
+    message carried, ``traceparent``, when it carried one)."""
+    parent = (carrier or {}).get("traceparent")
     db = sqlite3.connect(os.environ["HANDOFF_DB"], timeout=30)
     with db:
         db.execute("CREATE TABLE IF NOT EXISTS runs (target TEXT, key TEXT, args TEXT)")
         db.execute("INSERT INTO runs VALUES (?, ?, ?)", (target, key, repr(args)))
+        if parent is not None:
+            db.execute("CREATE TABLE IF NOT EXISTS traces (target TEXT, key TEXT, parent TEXT)")
+            db.execute("INSERT INTO traces VALUES (?, ?, ?)", (target, key, parent))
     db.close()
 
 
@@ -34,7 +39,8 @@ celery.conf.worker_hijack_root_logger = False
 @celery.task(name="tests.handoff.apps.report", bind=True)  # type: ignore[untyped-decorator]
 def report(self: Any, *args: Any) -> None:
     """Celery: the key is the task id (and the ``rota_key`` header)."""
-    record("celery", str(self.request.headers.get("rota_key") or self.request.id), args)
+    headers = self.request.headers or {}
+    record("celery", str(headers.get("rota_key") or self.request.id), args, headers)
 
 
 def rq_report(*args: Any) -> None:
@@ -43,7 +49,7 @@ def rq_report(*args: Any) -> None:
 
     job = get_current_job()
     assert job is not None
-    record("rq", str(job.meta["rota_key"]), args)
+    record("rq", str(job.meta["rota_key"]), args, job.meta)
 
 
 def rq_window(*args: Any, window_start: float, window_end: float) -> None:

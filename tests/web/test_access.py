@@ -93,6 +93,12 @@ def test_the_audit_page_and_the_tag_filter_in_a_browser(node: Served, cli: Cli, 
     page.wait_for_url("**tag=finance**")
     page.locator('tr[data-job="load"]').wait_for()
     assert page.locator('tr[data-job="report"]').count() == 0
+    page.goto(node.url + "jobs/load")
+    assert page.inner_text("dd.tags") == "etl, finance"
+    page.click("dd.tags a:has-text('etl')")
+    page.wait_for_url("**tag=etl**")
+    page.locator('tr[data-job="report"]').wait_for()
+    assert page.locator('tr[data-job="misc"]').count() == 0
     page.click("text=Log in")
     page.fill("input[name=token]", TOKENS["OPS_TOKEN"])
     page.click("form.login button")
@@ -110,3 +116,35 @@ def test_the_audit_page_and_the_tag_filter_in_a_browser(node: Served, cli: Cli, 
     assert "quarter close" in text
     page.goto(node.url)  # the pause note, from the log, for everyone
     assert "quarter close" in page.locator('tr[data-job="report"]').inner_text()
+
+
+def test_backfill_through_the_api_needs_admin(node: Served, cli: Cli) -> None:
+    url = node.url + "api/jobs/load/backfill"
+    window = {"from": "2026-01-01T00:00:00+00:00", "until": "2026-01-01T03:00:00+00:00"}
+    assert _call(url, TOKENS["OPS_TOKEN"], "POST", window)[0] == 403
+    assert _call(url, ADMIN, "POST", {"until": 5})[0] == 400
+    status, body = _call(url, ADMIN, "POST", {**window, "note": "the January gap"})
+    assert (status, body) == (200, {"id": "load", "queued": 3})
+    assert _call(node.url + "api/jobs/nope/backfill", ADMIN, "POST", window)[0] == 404
+    actions = [(a["who"], a["action"], a["applied"]) for a in cli.json("audit", "--job", "load")]
+    assert actions == [("boss", "backfill", True), ("ops", "backfill", False)]
+
+
+def test_rota_web_takes_named_tokens_from_rota_tokens_file(cli: Cli, tmp_path: Any) -> None:
+    from tests.web.conftest import serve_web
+
+    cli.write('[[jobs]]\nid = "j"\nevery = "1h"\ncommand = "true"\n')
+    node = serve_node(cli)
+    cli.wait(cli.loaded)
+    node.stop()
+    tokens = tmp_path / "tokens.toml"
+    digest = hashlib.sha256(b"reader-only").hexdigest()
+    tokens.write_text(f'[access]\nreader = {{ scope = "read", sha256 = "{digest}" }}\n')
+    cli.env["ROTA_TOKENS_FILE"] = str(tokens)
+    web = serve_web(cli)
+    try:
+        assert _call(web.url + "api/jobs/j/pause", "reader-only", "POST")[0] == 403
+        assert _call(web.url + "api/jobs", "reader-only")[0] == 200
+        assert _call(web.url + "api/jobs/j/pause", None, "POST")[0] == 401
+    finally:
+        web.stop()

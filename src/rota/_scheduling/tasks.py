@@ -152,14 +152,12 @@ class Tasks(ABC):
         at = task.entry[0]  # a claimed run's entry is its slot (or retry time), unjittered
         if _RUN_STARTED in self.heard:
             self.emit(Event(_RUN_STARTED, task.entry[2], at))
-        if not tracing.ACTIVE:
+        tracer = tracing.current() if tracing.ACTIVE else None
+        if tracer is None:
             return self._called(task, at, awaitables)
         plan = task.plan
-        try:
-            lag = float(self.now()) - at
-        except Exception:  # the clock failed: the run goes on, its span without a lag
-            lag = 0.0
-        with tracing.run_span(task.task_id, at, plan.attempt if plan else 0, lag) as span:
+        with tracing.run_span(tracer, task.task_id, at, plan.attempt if plan else 0,
+                              lambda: self.now() - at) as span:  # fmt: skip
             error = self._called(task, at, awaitables)
             failed = isinstance(error, BaseException)
             tracing.ended(span, "failed" if failed else "ok", error if failed else None)

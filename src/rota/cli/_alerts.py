@@ -49,8 +49,8 @@ RETRY = 2.0
 """Seconds after a round that could not deliver an alert before the next (any node's)."""
 GIVE_UP = 3600.0
 """Seconds after which an alert that could not be delivered is given up (logged)."""
-LOOK = 5.0
-"""Seconds between two looks for long runs and overdue jobs."""
+LOOK = 15.0
+"""Seconds between two looks for overdue jobs (a read of each job with a rule)."""
 PRUNE_EVERY = 300.0
 """Seconds between two passes of the retention rule."""
 PRUNE_BATCH = 1000
@@ -153,7 +153,8 @@ class Fleet:
             now = time.monotonic()
             for work, due in (
                 (self._judge, True),
-                (self._look, now - looked >= LOOK),
+                (self._long, True),
+                (self._overdue, now - looked >= LOOK),
                 (self._deliver, True),
                 (self._prune, not stopping and now - pruned >= PRUNE_EVERY),
             ):
@@ -251,8 +252,8 @@ class Fleet:
             log.info("alert %s for job %r (%s)", event, job, key)
         return new
 
-    def _look(self) -> None:
-        """Runs of this node running longer than their rule says; overdue jobs."""
+    def _long(self) -> None:
+        """This node's runs running longer than their rule allows (once per run)."""
         now = time.time()
         with self._lock:
             rules = dict(self._rules)
@@ -262,6 +263,13 @@ class Fleet:
             longer = None if rule is None else rule.running_longer
             if rule is not None and longer is not None and now - since > longer:
                 self._put(job, "running_long", f"{job}@{at!r}", 0, at, None, rule)
+
+    def _overdue(self) -> None:
+        """Jobs with a rule whose run is overdue (``rota check``'s rule): once per
+        episode (the late run's time is its key)."""
+        now = time.time()
+        with self._lock:
+            rules = dict(self._rules)
         for job, rule in rules.items():
             info = self._sched.info(job)
             if info is not None and overdue(info, now):

@@ -27,3 +27,14 @@ def bind(app: Any, host: str, port: int, what: str) -> Any:
         raise CliError(2, f"{what} {host}:{port}: {exc.strerror or exc}") from None
     print(f"rota: dashboard at {server.url}", file=sys.stderr, flush=True)
     return server
+
+
+def file_tokens() -> list[dict[str, str]]:
+    """The named tokens of ``$ROTA_TOKENS_FILE`` (none if unset), as the dashboard takes
+    them; a file that cannot be read or is invalid stops the command (exit 2)."""
+    import os
+
+    from ._fleet import tokens_file
+
+    path = os.environ.get("ROTA_TOKENS_FILE")
+    return [] if not path else [token.to_json() for token in tokens_file(path)]

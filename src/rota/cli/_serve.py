@@ -26,7 +26,7 @@ from rota.store import StoreError
 
 from . import _command
 from ._alerts import Fleet
-from ._common import CliError, bind
+from ._common import CliError, bind, file_tokens
 from ._jobfile import COMMAND, Job, JobFile, cycles
 from ._notify import Notifier
 from ._secrets import ScrubFormatter
@@ -209,7 +209,7 @@ def _dashboard(sched: DurableScheduler, web: tuple[str, int], token: str | None)
     """The node's dashboard, bound (its run counters start now), not yet serving."""
     from rota.web import asgi_app
 
-    return bind(asgi_app(sched, token=token), *web, "--web")
+    return bind(asgi_app(sched, token=token, tokens=file_tokens()), *web, "--web")
 
 
 def _conflicts(sched: DurableScheduler, jobs: list[Job], owner: str) -> dict[str, str]:

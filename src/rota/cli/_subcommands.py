@@ -35,7 +35,7 @@ from rota.report import (
 )
 from rota.store import StoreError, open_store, redacted
 
-from ._common import CliError, bind
+from ._common import CliError, bind, file_tokens
 from ._jobfile import load, load_file
 from ._values import duration, instant, zone
 
@@ -208,7 +208,8 @@ def _web(args: argparse.Namespace) -> int:
     from rota.web import asgi_app
 
     sched = _scheduler(args.store)
-    server = bind(asgi_app(sched, token=args.token, runs=False), host, port, "--listen")
+    app = asgi_app(sched, token=args.token, runs=False, tokens=file_tokens())
+    server = bind(app, host, port, "--listen")
     server.run()
     return 0
 

@@ -41,13 +41,19 @@ __all__ = [
 
 
 def asgi_app(
-    scheduler: Scheduler, *, token: str | None = None, runs: bool | Collector = True
+    scheduler: Scheduler,
+    *,
+    token: str | None = None,
+    runs: bool | Collector = True,
+    tokens: list[dict[str, str]] | None = None,
 ) -> Any:
     """The dashboard, API and ``/metrics`` of ``scheduler`` as an ASGI app (Starlette).
 
     ``token``: the one that grants actions (``POST``s), see :class:`Access`;
     ``None`` allows them to requests without a browser's marks and to the
     page itself (serve it on loopback only, or behind your own auth).
+    ``tokens``: named tokens with a scope, ``[{"name", "scope", "sha256"}]``
+    (``docs/operations.md``), beside those a node published in the store.
     ``runs``: count this process's runs in ``/metrics`` (a listener on the
     scheduler), or a :class:`~rota.metrics.Collector` already counting.
     An in-memory scheduler's history holds the outcomes reported from now
@@ -56,7 +62,7 @@ def asgi_app(
     """
     read = source(scheduler)
     node = runs if isinstance(runs, Collector) else Collector(read, runs=bool(runs))
-    return Dashboard(read, token=token, node=node).app()
+    return Dashboard(read, token=token, node=node, tokens=tokens).app()
 
 
 def wsgi_app(

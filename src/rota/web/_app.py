@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -125,10 +125,16 @@ class Dashboard:
     """
 
     def __init__(
-        self, source: Source, *, token: str | None = None, node: Collector | None = None
+        self,
+        source: Source,
+        *,
+        token: str | None = None,
+        node: Collector | None = None,
+        tokens: list[dict[str, str]] | None = None,
     ) -> None:
         self.source = source
-        self.access = Access(token, lambda: source.ledger.setting("access") or [])
+        given = list(tokens or [])
+        self.access = Access(token, lambda: given + (source.ledger.setting("access") or []))
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.globals.update(quote=lambda s: quote(str(s), safe=""),
                                           printable=printable)  # fmt: skip
@@ -267,6 +273,7 @@ class Dashboard:
         return self.page(request, "job.html", {
             "job": self.rows([entry])[0],
             "zone": str(tz),
+            "tags": entry.tags,
             "upstream": ups, "downstream": downs,
             "waiting": entry.info.waiting_for and waiting_shown(entry.info.waiting_for, tz),
             "upcoming": [_upcoming(u, tz) for u in self.source.upcoming(job_id, UPCOMING)],
@@ -396,6 +403,8 @@ class Dashboard:
         """``POST /api/jobs/{id}/{operation}``: 200 with the job, 404, 409, or 401/403
         as :class:`Access` says; one log line. One transaction."""
         job_id, operation = request.path_params["job_id"], request.path_params["operation"]
+        if operation == "backfill":
+            return await self.api_backfill(request, job_id)
         if operation not in OPERATIONS:
             return JSONResponse({"error": f"no operation {operation!r}"}, 404)
         refused = self.access.refusal(request)
@@ -423,6 +432,34 @@ class Dashboard:
         if not applied:
             return JSONResponse({**body, "error": f"{operation} does not apply now"}, 409)
         return JSONResponse(body)
+
+    async def api_backfill(self, request: Request, job_id: str) -> Response:
+        """``POST /api/jobs/{id}/backfill`` with ``{"from": T, "until": T, "note": ...}``
+        (``T``: epoch seconds or ISO 8601 with an offset; ``until`` defaults to now):
+        ``rota backfill``; scope ``admin``. 200 with ``{"queued": N}``, 400, 404."""
+        refused = self.access.refusal(request, "admin")
+        if refused is not None:
+            if refused[0] == 403 and hasattr(request.state, "who"):
+                self.source.audit(request.state.who, "backfill", job_id, refused[1], False)
+            return JSONResponse({"error": refused[1]}, refused[0])
+        try:
+            body = json.loads(await request.body() or b"{}")
+            start = _instant(body["from"])
+            until = _instant(body.get("until", time.time()))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return JSONResponse({"error": f'a body {{"from": T, "until": T}} is required: {exc}'},
+                                400)  # fmt: skip
+        task_id = self.source.table.find(job_id)
+        if task_id is None:
+            return _unknown(job_id)
+        try:
+            queued = self.source.scheduler.backfill(task_id, start, until)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        window = f"{start!r} .. {until!r}" + (f": {body['note']}" if body.get("note") else "")
+        self.source.audit(request.state.who, "backfill", job_id, window, queued > 0)
+        self._rendered.clear()
+        return JSONResponse({"id": job_id, "queued": queued})
 
     def notes(self) -> dict[str, dict[str, Any]]:
         """Each paused job's pause note, from the audit log (a pause from the command,
@@ -665,6 +702,18 @@ def _chart(history: list[dict[str, Any]]) -> dict[str, Any] | None:
         "width": width, "height": height, "left": left, "ticks": ticks,
         "duration": line([t for t, _ in points]), "lag": line([lag for _, lag in points]),
     }  # fmt: skip
+
+
+def _instant(value: object) -> float:
+    """A time given to the API: epoch seconds, or ISO 8601 with an offset."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        parsed = datetime.fromisoformat(value)
+        if parsed.tzinfo is None:
+            raise ValueError(f"{value!r} has no offset (write +00:00 or Z)")
+        return parsed.timestamp()
+    raise TypeError(f"{value!r} is not a time")
 
 
 def _limit(raw: str) -> int | None:
