@@ -12,7 +12,7 @@ import rota
 PUBLIC_MODULES = {
     "calendars", "cron", "misfire", "overlap", "retry", "schedules", "store", "durable", "cli",
     "testing",
-    "report", "observe", "metrics", "web", "handoff",
+    "report", "observe", "metrics", "web", "handoff", "tracing",
 }  # fmt: skip
 ROOT = pathlib.Path(rota.__file__).parent
 CORE_MODULES = sorted(

@@ -23,7 +23,6 @@ import logging
 import math
 import os
 import socket
-import subprocess
 import threading
 import time
 import urllib.request
@@ -37,6 +36,7 @@ from rota.store import AlertRow, redacted
 
 from ._fleet import AlertRule, Destination, Retention
 from ._jobfile import JobFile
+from ._notify import run_hook
 from ._ops import audited
 
 log = logging.getLogger("rota.alerts")
@@ -146,7 +146,8 @@ class Fleet:
 
     def _loop(self) -> None:
         self._wake.wait()  # the first update
-        looked = pruned = -math.inf
+        # the first look for overdue jobs after one LOOK: the node runs what is due first
+        looked, pruned = time.monotonic(), -math.inf
         while True:
             self._wake.clear()
             stopping = self._stop.is_set()
@@ -363,9 +364,4 @@ def _run(command: str | list[str], body: dict[str, Any]) -> None:
     env = {**os.environ, "ROTA_ALERT": json.dumps(body)}
     for name, value in body.items():
         env[f"ROTA_ALERT_{name.upper()}"] = "" if value is None else str(value)
-    done = subprocess.run(
-        command, shell=isinstance(command, str), env=env, timeout=TIMEOUT,
-        stdin=subprocess.DEVNULL, capture_output=True, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"the command exited {done.returncode}")
+    run_hook(command, env, "the command", TIMEOUT)

@@ -120,12 +120,21 @@ class Notifier:
             "ROTA_KEY": f"{outcome.task_id}@{float(slot)!r}",
             "ROTA_ERROR": error[0] if error else "failed",
         }
-        done = subprocess.run(
-            command, shell=isinstance(command, str), env=env, timeout=TIMEOUT,
-            stdin=subprocess.DEVNULL, capture_output=True, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise RuntimeError(f"on_failure of job {outcome.task_id!r} exited {done.returncode}")
+        run_hook(command, env, f"on_failure of job {outcome.task_id!r}")
+
+
+def run_hook(
+    command: str | list[str], env: dict[str, str], what: str, timeout: float = TIMEOUT
+) -> None:
+    """Run a notification's command (argv list, or a string for the shell) with ``env``,
+    for at most ``timeout`` seconds, its output discarded; ``RuntimeError`` naming
+    ``what`` if it exits non-zero (``TimeoutExpired`` if it runs too long)."""
+    done = subprocess.run(
+        command, shell=isinstance(command, str), env=env, timeout=timeout,
+        stdin=subprocess.DEVNULL, capture_output=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} exited {done.returncode}")
 
 
 def _slot(sched: DurableScheduler, outcome: RunOutcome) -> Any:

@@ -76,5 +76,5 @@ def migrations(p: str) -> list[list[str]]:
             f"CREATE INDEX IF NOT EXISTS {p}waits_task ON {p}waits (task_id)",
         ],
         # the ledger (rota.store._ledger): settings in meta, the audit log, the alerts
-        ledger_steps(p, "INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"),
+        ledger_steps(p, "INTEGER PRIMARY KEY", "REAL"),
     ]
