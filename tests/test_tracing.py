@@ -4,7 +4,11 @@ action runs, so the work it starts is the span's child: a command gets
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from rota import FixedRate, ManualClock, Scheduler, tracing
 
@@ -54,3 +58,54 @@ def test_a_command_gets_traceparent(spans: Any, tmp_path: Any) -> None:
     context = span.get_span_context()
     parent = out.read_text().strip().split("-")
     assert parent[1:3] == [f"{context.trace_id:032x}", f"{context.span_id:016x}"]
+
+
+def test_a_failing_tracer_changes_no_run(spans: Any, monkeypatch: Any) -> None:
+    calls: list[float] = []
+    clock = ManualClock(1000.0)
+    sched = Scheduler(clock=clock, epoch=True)
+    sched.schedule("sync", FixedRate(10, start=1000.0), calls.append)
+
+    @contextlib.contextmanager
+    def cannot_start(*args: Any) -> Iterator[Any]:
+        raise RuntimeError("exporter down")
+        yield
+
+    monkeypatch.setattr(tracing, "run_span", cannot_start)
+    [first] = sched.tick(clock())
+    monkeypatch.undo()
+
+    def cannot_end(*args: Any) -> None:
+        raise RuntimeError("exporter down")
+
+    monkeypatch.setattr(tracing, "ended", cannot_end)
+    clock.advance(10)
+    [second] = sched.tick(clock())
+    assert calls == [1000.0, 1010.0]  # each action called once
+    assert [first.result, second.result] == ["ok", "ok"]
+
+
+def test_an_interrupt_while_the_tracer_is_looked_up_fails_the_run_not_the_task(
+    monkeypatch: Any,
+) -> None:
+    calls: list[float] = []
+    clock = ManualClock(1000.0)
+    sched = Scheduler(clock=clock, epoch=True)
+    sched.schedule("sync", FixedRate(10, start=1000.0), calls.append)
+
+    def interrupted() -> Any:
+        raise KeyboardInterrupt  # as a SIGINT landing in the API's first import
+
+    monkeypatch.setattr(tracing, "ACTIVE", True)
+    monkeypatch.setattr(tracing, "current", interrupted)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        sched.tick(clock())
+    assert "was recorded as failed" in "".join(raised.value.__notes__)
+    monkeypatch.undo()
+    assert calls == []
+    outcome = sched.info("sync").last_outcome
+    assert outcome is not None
+    assert (outcome.result, outcome.at) == ("failed", 1000.0)
+    clock.advance(10)
+    [after] = sched.tick(clock())  # not stuck: the next slot runs
+    assert (after.result, calls) == ("ok", [1010.0])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import math
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
@@ -28,24 +29,55 @@ SPAN = "rota.run"
 
 _tracer: Any = None  # rota's tracer from _provider, got once per provider
 _provider: Any = None
+log = logging.getLogger("rota.tracing")
 
 
 def current() -> Any:
     """rota's tracer from the configured provider, or ``None`` when the API is not
     installed or no provider is configured (the API's default, or a no-op one): then
     a run makes no span at all. A look at the global provider: well under a
-    microsecond."""
+    microsecond. A provider that fails is logged and treated as none."""
     if not ACTIVE:
         return None
     global _tracer, _provider
-    from opentelemetry import trace
+    try:
+        from opentelemetry import trace
 
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+            return None
+        if _tracer is None or _provider is not provider:
+            _tracer, _provider = provider.get_tracer("rota"), provider
+        return None if isinstance(_tracer, trace.NoOpTracer) else _tracer
+    except Exception:
+        log.warning("rota: no tracer from the OpenTelemetry provider; runs make no span",
+                    exc_info=True)  # fmt: skip
         return None
-    if _tracer is None or _provider is not provider:
-        _tracer, _provider = provider.get_tracer("rota"), provider
-    return None if isinstance(_tracer, trace.NoOpTracer) else _tracer
+
+
+def traced(
+    call: Callable[[], Any], job: object, slot: float, attempt: int, lag: Callable[[], float]
+) -> Any:
+    """``call()`` (an action's call: ``None``, its exception or an awaitable) inside the
+    run's span when a tracer is configured (:func:`current`); returns what it returned.
+
+    The span never changes the run: a tracer that fails to start one is logged and
+    the action runs without it; one that fails to end it is logged and the run's
+    result stands. ``call`` is called exactly once. Costs one :func:`current`
+    without a configured provider; a span's start and end with one.
+    """
+    tracer = current()
+    if tracer is None:
+        return call()
+    done: list[Any] = []
+    try:
+        with run_span(tracer, job, slot, attempt, lag) as span:
+            done.append(call())
+            failed = isinstance(done[0], BaseException)
+            ended(span, "failed" if failed else "ok", done[0] if failed else None)
+    except Exception:  # the tracer's fault, not the run's
+        log.warning("rota: a run's span failed; the run is unchanged", exc_info=True)
+    return done[0] if done else call()
 
 
 @contextlib.contextmanager

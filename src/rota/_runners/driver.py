@@ -37,8 +37,8 @@ from rota._core.events import Event, EventKind
 from rota._core.task import Task, run_at
 from rota._core.types import GivenBack, RunOutcome, Time, epoch_shown, recorded_result
 from rota._core.validate import time_from
+from rota._scheduling.actions import fatal
 from rota._scheduling.scheduler import Scheduler
-from rota._scheduling.tasks import fatal
 
 from .stats import Stats, StatsSnapshot
 

@@ -12,7 +12,6 @@ wake-ups, and the one place an action is called.
 
 from __future__ import annotations
 
-import inspect
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
@@ -37,18 +36,11 @@ from rota._core.task import Task, run_at
 from rota._core.types import Action, RunOutcome, Status, TaskInfo, Time
 from rota.store import NodeRow, OutcomeRow
 
+from .actions import failed, fatal, invoke
 from .reads import KEEP, Entry, OutcomeLog
 
 T = TypeVar("T")
 _RUN_STARTED, _RUN_SKIPPED = EventKind.RUN_STARTED, EventKind.RUN_SKIPPED  # hot paths' constants
-
-
-def fatal(error: BaseException) -> bool:
-    """True for a ``BaseException`` that is not an ``Exception`` (e.g. ``KeyboardInterrupt``).
-
-    Drivers complete the run (as failed, without retry) and then re-raise it.
-    """
-    return not isinstance(error, Exception)
 
 
 def locked(lock: Any, engine: Engine, operation: Callable[..., T], *args: Any) -> T:
@@ -150,45 +142,16 @@ class Tasks(ABC):
         the run fails with ``TypeError``: a plain driver cannot await it.
         """
         at = task.entry[0]  # a claimed run's entry is its slot (or retry time), unjittered
-        if _RUN_STARTED in self.heard:
-            self.emit(Event(_RUN_STARTED, task.entry[2], at))
-        tracer = tracing.current() if tracing.ACTIVE else None
-        if tracer is None:
-            return self._called(task, at, awaitables)
-        plan = task.plan
-        with tracing.run_span(tracer, task.task_id, at, plan.attempt if plan else 0,
-                              lambda: self.now() - at) as span:  # fmt: skip
-            error = self._called(task, at, awaitables)
-            failed = isinstance(error, BaseException)
-            tracing.ended(span, "failed" if failed else "ok", error if failed else None)
-        return error
-
-    def _called(self, task: Task, at: Time, awaitables: bool) -> Any:
-        """:meth:`call`'s call of the action at ``at``: ``None``, the exception, or the
-        awaitable."""
         try:
-            result = task.action(at)
-            if result is None:
-                return None
-            if not inspect.isawaitable(result):
-                task.value = result
-                return None
-            if awaitables:
-                return result
-            error = TypeError(
-                f"action of task {task.task_id!r} returned an awaitable "
-                f"({type(result).__name__}); run async actions under AsyncRunner"
-            )
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()  # no "never awaited" warning; if it raises, that is the error
-            return error
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                exc.add_note(
-                    f"rota: the run of task {task.task_id!r} at {at!r} was recorded as failed"
-                )
-            return exc
+            if _RUN_STARTED in self.heard:
+                self.emit(Event(_RUN_STARTED, task.entry[2], at))
+            if not tracing.ACTIVE:
+                return invoke(task, at, awaitables)
+            tried = task.plan.attempt if task.plan else 0
+            return tracing.traced(lambda: invoke(task, at, awaitables), task.task_id, at,
+                                  tried, lambda: self.now() - at)  # fmt: skip
+        except BaseException as exc:  # an interrupt around the action (its event, its span)
+            return failed(task, at, exc)
 
     def subscribe(self, callback: Callable[[Time], object]) -> Callable[[], None]:
         """Call ``callback(head)`` when a run is queued while ``head`` is the next time.

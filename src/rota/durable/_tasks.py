@@ -20,7 +20,7 @@ from rota._core.types import (
     RunOutcome,
     Time,
 )
-from rota._scheduling.tasks import fatal
+from rota._scheduling.actions import fatal
 from rota.store import Store
 
 from ._actions import Actions
