@@ -103,7 +103,9 @@ def test_an_interrupt_while_the_tracer_is_looked_up_fails_the_run_not_the_task(
     assert "was recorded as failed" in "".join(raised.value.__notes__)
     monkeypatch.undo()
     assert calls == []
-    outcome = sched.info("sync").last_outcome
+    info = sched.info("sync")
+    assert info is not None
+    outcome = info.last_outcome
     assert outcome is not None
     assert (outcome.result, outcome.at) == ("failed", 1000.0)
     clock.advance(10)
