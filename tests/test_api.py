@@ -42,7 +42,7 @@ ALLOWED = {
 def test_all_is_exactly_the_public_names() -> None:
     assert sorted(rota.__all__) == sorted(
         ["AsyncRunner", "Backoff", "Cursor", "DurableScheduler", "Event", "EventKind",
-         "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Overlap",
+         "FixedDelay", "FixedRate", "ManualClock", "Misfire", "NoRetry", "Once", "Overlap", "Pool",
          "Result",
          "RetryPolicy", "RunCancelled", "RunContext", "RunOutcome", "Runner", "Schedule",
          "Scheduler", "Stats", "StatsSnapshot", "Status", "TaskInfo", "Tasks", "Upcoming",

@@ -23,6 +23,7 @@ from rota._core.clock import ManualClock
 from rota._core.deps import Upstream
 from rota._core.events import Event, EventKind
 from rota._core.moves import Upcoming
+from rota._core.pools import Pool
 from rota._core.types import Result, RunCancelled, RunOutcome, Status, TaskInfo
 from rota._runners.stats import Stats, StatsSnapshot
 from rota._scheduling.scheduler import Scheduler
@@ -75,6 +76,7 @@ __all__ = [
     "NoRetry",
     "Once",
     "Overlap",
+    "Pool",
     "Result",
     "RetryPolicy",
     "RunCancelled",

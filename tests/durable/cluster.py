@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from rota import DurableScheduler, FixedRate, Misfire, Overlap, Status
+from rota import DurableScheduler, FixedRate, Misfire, Overlap, Pool, Status
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,6 +215,47 @@ class Cluster:
         assert 2 <= most <= 3  # runs overlapped, never more than three at once
         again = sum(self.starts().values()) - len(slots)
         assert 0 <= again <= 3  # only the runs in flight on the killed node (three at most)
+
+    def pool_with_a_kill(self) -> None:
+        """Six tasks in a pool of two, their runs lasting longer than their period, on
+        three nodes with room for four runs each: the node holding a place is
+        SIGKILLed mid-run and replaced. Never more than two runs of the pool are
+        recorded in flight at once (across nodes); the dead node's place frees when
+        its lease is taken over; each slot is recorded once, its effect there once."""
+        period, runs = 0.1, 5
+        start = time.time() // 1 + 1
+        pool = Pool("warehouse", 2)
+        ids = [f"load{i}" for i in range(6)]
+        for name in ids:
+            self.sched.schedule(
+                name, FixedRate(period, start=start), EFFECT, args=[], max_runs=runs, pool=pool
+            )
+        env = {"LEASE": "1", "EFFECT_SLEEP": "0.15", "WORKERS": "4"}
+        nodes = [self.spawn(**env) for _ in range(3)]
+        deadline = time.monotonic() + 120
+        holder = None
+        while holder is None:
+            assert time.monotonic() < deadline, f"no run started\n{self.logs()}"
+            time.sleep(0.01)
+            owners = [row.owner for row in self.sched.store.rows() if row.owner]
+            holder = next((n for n in nodes for o in owners if f":{n.pid}:" in o), None)
+        self.kill(holder)
+        nodes[nodes.index(holder)] = self.spawn(**env)
+        while not self.done(ids):
+            assert time.monotonic() < deadline, f"not done in 120 s\n{self.logs()}"
+            size, used = self.sched.store.pools()["warehouse"]
+            assert (size, used <= size) == (2, True)
+            time.sleep(0.05)
+        for node in nodes:
+            node.terminate()
+            node.wait(30)
+        assert all(n == 1 for n in self.completions().values())
+        done = [o for i in ids for o in self.sched.history(i, 1000) if o.result == "ok"]
+        assert len(done) == 6 * runs
+        assert self.effect_keys() == {f"{o.task_id}@{o.slot!r}" for o in done}
+        ends = sorted([(o.started, 1) for o in done] + [(o.finished, -1) for o in done])
+        assert max(itertools.accumulate(step for _, step in ends)) == 2  # full, never more
+        assert self.sched.store.pools() == {"warehouse": (2, 0)}
 
     def rolling_deploy(self) -> None:
         """A rolling deploy: tasks of an action only the new version registers wait,

@@ -316,7 +316,9 @@ def test_a_claim_costs_nothing_per_due_row_of_an_action_it_cannot_run(
     alone = steps()
     with db:  # 5,000 due rows of the other action, older than all of ours
         db.executemany(
-            "INSERT INTO rota_tasks SELECT ?, 'theirs', spec, state, status, paused, "
+            "INSERT INTO rota_tasks (task_id, action, spec, state, status, paused, due, "
+            "priority, seq, fence, owner, lease_until, expiries, version) "
+            "SELECT ?, 'theirs', spec, state, status, paused, "
             "due - 1000, priority, seq, fence, owner, lease_until, expiries, version "
             "FROM rota_tasks WHERE task_id = 'm39'",
             [(f"t{i}",) for i in range(5_000)],

@@ -138,6 +138,11 @@ def test_a_node_killed_with_concurrent_runs_in_flight_leaves_every_slot_run_once
     nodes.overlap_with_a_kill()
 
 
+def test_a_pool_holds_across_nodes_and_a_killed_holder_frees_its_place(nodes: Cluster) -> None:
+    """See ``cluster.pool_with_a_kill``."""
+    nodes.pool_with_a_kill()
+
+
 def test_a_rolling_deploy_leaves_a_new_action_to_the_nodes_that_know_it(nodes: Cluster) -> None:
     """See ``cluster.rolling_deploy``."""
     nodes.rolling_deploy()

@@ -190,6 +190,13 @@ def test_a_node_killed_with_concurrent_runs_in_flight_leaves_every_slot_run_once
     cluster.overlap_with_a_kill()
 
 
+def test_a_pool_holds_across_processes_and_a_killed_holder_frees_its_place(
+    cluster: Cluster,
+) -> None:
+    """See ``cluster.pool_with_a_kill``."""
+    cluster.pool_with_a_kill()
+
+
 def test_a_rolling_deploy_leaves_a_new_action_to_the_processes_that_know_it(
     cluster: Cluster,
 ) -> None:

@@ -76,13 +76,13 @@ def test_a_sqlite_store_written_under_the_former_name_is_renamed_and_runs(
     sched = DurableScheduler(SQLiteStore(path), clock=clock, imports=True)
     names = _sqlite_names(path)
     assert names["table"] == {"rota_meta", "rota_tasks", "rota_outcomes", "rota_nodes",
-                              "rota_waits", "rota_audit", "rota_alerts"}  # fmt: skip
+                              "rota_waits", "rota_audit", "rota_alerts", "rota_pools"}  # fmt: skip
     assert {"rota_due_by_action", "rota_owner"} <= names["index"]
     assert not [name for kind in names.values() for name in kind if FORMER in name]
     db = sqlite3.connect(path)
     try:
         version = db.execute("SELECT value FROM rota_meta WHERE key = 'schema_version'")
-        assert version.fetchone() == (7,)
+        assert version.fetchone() == (8,)
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         db.close()
@@ -150,9 +150,9 @@ def test_a_newer_schema_is_still_refused_after_the_rename(tmp_path: Path) -> Non
     SQLiteStore(path).open()
     db = sqlite3.connect(path)
     with db:
-        db.execute("UPDATE rota_meta SET value = 8 WHERE key = 'schema_version'")
+        db.execute("UPDATE rota_meta SET value = 9 WHERE key = 'schema_version'")
     db.close()
-    with pytest.raises(StoreError, match="schema version 8 is newer"):
+    with pytest.raises(StoreError, match="schema version 9 is newer"):
         SQLiteStore(path).open()
 
 
@@ -202,7 +202,7 @@ def test_a_postgres_store_written_under_the_former_name_is_renamed_and_runs(
 
     with psycopg.connect(old_pg) as db:
         version = db.execute("SELECT value FROM rota_meta WHERE key = 'schema_version'")
-        assert version.fetchone() == ("7",)
+        assert version.fetchone() == ("8",)
     _runs_as_today(sched, clock)
     # the sequence goes on from where it was: a new task's seq follows the old ones
     sched.schedule("later", Once(at=1_900_000_000), "tests.durable.jobs:noop", args=[1])

@@ -59,6 +59,7 @@ class Controls:
     # The engine's own decisions these defer to
     claim: Callable[..., Task | None]
     _upstream_holds: Callable[[Task, Plan, Time], bool]
+    _take_place: Callable[[Task, Plan], bool]
     rewatch: Callable[[Hashable, Plan, Mapping[str, object]], None]
     _break: Callable[[Task, BaseException], None]
     _finish: Callable[[Task, Status], None]
@@ -86,6 +87,8 @@ class Controls:
             return None  # (a waiting run's deadline is its upstreams': see Waits)
         if plan.after and not plan.attempt and not self._upstream_holds(task, plan, now):
             return None
+        if plan.pool is not None and not self._take_place(task, plan):
+            return None  # parked until a place frees
         if plan.concurrent:
             return self._run_of(task, plan, now, queued)
         if plan.nominal is not None:  # out of the queue: the run is its slot from now on

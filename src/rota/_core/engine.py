@@ -49,6 +49,7 @@ from .controls import (
 )
 from .moves import Upcoming, upcoming
 from .policy import Cursor, Plan, RetryPolicy, doubling, jitter_offset
+from .pools import Pools, shown_status, waits_for_place
 from .queue import RunQueue
 from .task import (
     CANCELLED,
@@ -97,7 +98,7 @@ The contract promises at least 10,000."""
 _new_outcome = tuple.__new__
 
 
-class Engine(Controls, Waits):
+class Engine(Controls, Waits, Pools):
     """Task table + run queue + finished-task history, driven by ``now``.
 
     ``retry`` is the default retry policy; ``None`` is the contract's
@@ -109,7 +110,8 @@ class Engine(Controls, Waits):
 
     # (the table, the queue and the runs of concurrent tasks are Controls' slots)
     __slots__ = (
-        "_backoff", "_dependants", "_history", "_history_limit", "_results", "_retry", "_strays",
+        "_backoff", "_dependants", "_history", "_history_limit", "_parked", "_places",
+        "_results", "_retry", "_strays",
     )  # fmt: skip
 
     follow_moves = True
@@ -135,6 +137,9 @@ class Engine(Controls, Waits):
         # Upstream ids -> the tasks that wait for them; how their runs ended (see Waits)
         self._dependants: dict[Hashable, set[Hashable]] = {}
         self._results: dict[Hashable, Results] = {}
+        # Pools' places held and runs parked for one (see Pools)
+        self._places: dict[str, set[Hashable]] = {}
+        self._parked: dict[str, set[Hashable]] = {}
 
     # -- queries ---------------------------------------------------------
 
@@ -144,11 +149,11 @@ class Engine(Controls, Waits):
         try:
             task = self._tasks.get(task_id)
             if task is not None:
-                return task.status
+                return shown_status(task)
             found = self._history.get(task_id)
         except Exception:
             task, found = self._by_identity(task_id)
-            return task.status if task is not None else found
+            return shown_status(task) if task is not None else found
         if found is None and self._strays:
             return self._by_identity(task_id)[1]
         return found
@@ -324,7 +329,10 @@ class Engine(Controls, Waits):
             return True
         if not parked:  # paused while running: it was never parked
             return True
-        task.entry = self.queue.push(task.entry[0], task.entry[2], plan.priority)
+        at = task.entry[0]
+        if waits_for_place(task):  # its run waited for a place: decided again at its time
+            at, plan.waiting = run_at(task), None
+        task.entry = self.queue.push(at, task.entry[2], plan.priority)
         return True
 
     def reschedule(
@@ -454,6 +462,8 @@ class Engine(Controls, Waits):
             return outcome
         at = entry[0]  # the slot, or the retry's time (a claim unjitters its entry)
         extra = plan.extra  # a task with scheduling controls: every check below is on it
+        if extra and plan.pool is not None:  # its place frees (the claims after decide who)
+            self._free_place(task)
         if extra and task.__class__ is Run:
             return self._complete_run(task, error, started, value)
         attempt = plan.attempt
@@ -724,6 +734,8 @@ class Engine(Controls, Waits):
             history.popitem(last=False)
         if self._dependants:  # its waits end; the runs waiting for its slots are decided
             self.gone(task_id, task.plan)
+        if self._places and task.plan is not None and task.plan.pool is not None:
+            self._free_place(task)
 
     def _drop_by_identity(self, task: Task) -> None:
         """Remove ``task`` from the table without comparing ids (their ``__eq__`` raised)."""

@@ -121,6 +121,7 @@ class Plan:
         "overlap_skip",
         "paused",
         "pending",
+        "pool",
         "priority",
         "replace",
         "rescheduled",
@@ -201,6 +202,7 @@ class Plan:
         self.origin: Time | None = None  # its first slot: none of its schedule's before
         self.waiting: tuple[str, ...] | None = None
         self.triggered = False
+        self.pool: Any = None  # a rota.Pool: at most its size of its tasks' runs at once
 
     def uses_controls(self) -> bool:
         """Whether any scheduling control is set, or a misfire policy, or a pause (what
@@ -219,6 +221,7 @@ class Plan:
             or self.pending
             or self.concurrent
             or self.after
+            or self.pool is not None
             or _calendared(self.cursor)
         )
 

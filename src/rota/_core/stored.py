@@ -22,10 +22,11 @@ from .deps import Record, Upstream
 from .engine import Engine
 from .moves import calendar_spec, plain
 from .policy import Plan, RetryPolicy, Schedule
+from .pools import Pool
 from .task import SCHEDULED, Run, Task, _Waiting, run_slot, run_state
 from .types import FINISHED, UNFINISHED, Status, Time
 
-CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs", "after"})
+CONTROLS = frozenset({"overlap", "deadline", "jitter", "end", "max_runs", "after", "pool"})
 """The spec keys of the scheduling controls, stored only when set (rows written
 before them, or by tasks that use none, have none)."""
 CONTROL_STATE = frozenset(
@@ -81,6 +82,7 @@ def plan_spec(plan: Plan, retry: RetryPolicy | None, backoff: Time) -> dict[str,
         ("overlap", codec.overlap_spec(overlap_of(plan))), ("deadline", plan.deadline),
         ("jitter", plan.jitter), ("end", plan.end), ("max_runs", plan.max_runs),
         ("after", None if not plan.after else [u.to_json() for u in plan.after]),
+        ("pool", None if plan.pool is None else plan.pool.to_json()),
     ):  # fmt: skip
         if value is not None:
             spec[key] = value
@@ -245,6 +247,8 @@ def _apply_spec(plan: Plan, spec: dict[str, Any]) -> None:
             setattr(plan, key, value)
         elif key == "after":
             plan.after = None if not value else tuple(Upstream.from_json(u) for u in value)
+        elif key == "pool":
+            plan.pool = None if value is None else Pool.from_json(value)
         elif key == "schedule" and "calendar" in spec:  # a change of calendar, waiting
             plan.schedule = codec.calendared_from(codec.schedule_from(value), spec["calendar"])
 
@@ -285,6 +289,8 @@ class StoredEngine(Engine):
         self._strays.clear()
         self.queue.clear()
         self._waiting = 0
+        self._places.clear()
+        self._parked.clear()
         if self.stops:  # (a list take_stops handed out is the caller's)
             self.stops = []
 

@@ -194,8 +194,11 @@ def _info(task: Task) -> TaskInfo:
     slot = slot_time(
         plan.attempt, plan.first_at, at if plan.nominal is None else plan.nominal, plan.moved
     )
+    status = task.status
+    if plan.pool is not None and status is SCHEDULED and plan.waiting == (plan.pool.waiting,):
+        status = QUEUED  # its run waits for a place (rota._core.pools.shown_status)
     return task_info(
-        task.entry[2], task.status, plan.paused, at if plan.waiting is None else run_at(task),
+        task.entry[2], status, plan.paused, at if plan.waiting is None else run_at(task),
         plan.schedule, plan.attempt, slot, task.last, plan.last_skipped, plan.waiting,
     )  # fmt: skip
 

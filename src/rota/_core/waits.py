@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from .checks import BEFORE_MAX, grid, latest_slot
-from .deps import Record, Upstream, cycle, cycle_text, verdict
+from .deps import Record, Upstream, cycle, cycle_text, upstreams, verdict
 from .policy import Plan
 from .task import Task, run_at
 from .types import Result, Status, Time, slot_time
@@ -189,10 +189,7 @@ class Waits:
         again. O(len(after))."""
         after = found.get("after", plan.after)
         if after and found.get("concurrent", plan.concurrent):
-            raise ValueError(
-                f"after= does not go with Overlap.allow(n) or Overlap.REPLACE (task {task_id!r}):"
-                " a task that waits for others runs its slots one at a time"
-            )
+            raise one_at_a_time("after", task_id)
         if "after" in found:
             self.unwatch(task_id, plan.after)
             self.watch(task_id, after)  # type: ignore[arg-type]
@@ -318,6 +315,32 @@ class Waits:
                 plan.backlog = deque([nxt])
                 limits.append(nxt)
         return min(limits) if limits else None
+
+
+def one_at_a_time(option: str, task_id: Hashable) -> ValueError:
+    """The error of an option (``after``, ``pool``) given to a task that runs several
+    slots at once."""
+    return ValueError(
+        f"{option}= does not go with Overlap.allow(n) or Overlap.REPLACE (task {task_id!r}):"
+        f" a task with {option}= runs its slots one at a time"
+    )
+
+
+def admitted_after(
+    edges: Callable[[], dict[Hashable, list[Hashable]]], task_id: Hashable, after: object,
+    plan: Plan,
+) -> tuple[Upstream, ...] | None:  # fmt: skip
+    """The upstream conditions ``after`` names for a new task (``None``: none), checked
+    against its overlap policy and every other task's (``edges()``: a cycle is a
+    ``ValueError`` naming it, :func:`check_after`). Raises ``TypeError`` for an
+    ``after`` that names no upstreams."""
+    found = upstreams(after)
+    if not found:
+        return None
+    if plan.concurrent:
+        raise one_at_a_time("after", task_id)
+    check_after(edges(), task_id, found)
+    return found
 
 
 def record_of(

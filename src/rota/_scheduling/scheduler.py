@@ -21,14 +21,15 @@ from rota._core.checks import (
     task_plan,
     window,
 )
-from rota._core.deps import downstream_of, upstreams
+from rota._core.deps import downstream_of
 from rota._core.engine import Engine
 from rota._core.events import EventKind, Listener
 from rota._core.moves import UPCOMING_MAX, Upcoming, calendared, kept_calendar, recalendared
 from rota._core.policy import Plan, RetryOn, RetryPolicy, Schedule
+from rota._core.pools import Pool, admitted_pool
 from rota._core.types import RunOutcome, Status, TaskInfo, Time
 from rota._core.validate import LIMIT, PLAIN, time_from
-from rota._core.waits import check_after
+from rota._core.waits import admitted_after, check_after
 from rota.calendars import Calendar
 from rota.misfire import Misfire
 from rota.overlap import Overlap
@@ -63,6 +64,7 @@ class TaskOptions(TypedDict, total=False):
     calendar: Calendar | None
     on_excluded: str
     after: Any
+    pool: Pool | None
 
 
 _ONCE_OPTIONS = frozenset(TaskOptions.__annotations__)
@@ -72,10 +74,11 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "args": None, "kwargs": None, "max_retries": 0, "retry": None, "retry_on": None,
     "misfire": None, "priority": 0, "overlap": None, "deadline": None, "jitter": None,
     "end": None, "max_runs": None, "calendar": None, "on_excluded": "skip", "after": None,
+    "pool": None,
 }  # fmt: skip
 """What :meth:`Scheduler.job` passes on, as :meth:`Scheduler.schedule` takes it."""
 _POLICIES = ("max_retries", "retry", "retry_on", "misfire", "priority")
-_CONTROLS = ("overlap", "deadline", "jitter", "end", "max_runs", "after")
+_CONTROLS = ("overlap", "deadline", "jitter", "end", "max_runs", "after", "pool")
 
 
 class Scheduler:
@@ -250,6 +253,7 @@ class Scheduler:
         calendar: Calendar | None = None,
         on_excluded: str = "skip",
         after: Any = None,
+        pool: Pool | None = None,
     ) -> bool:
         """Run ``action`` at slots ``first + k * period``, ``first = clock() + initial_delay``.
 
@@ -293,6 +297,7 @@ class Scheduler:
             calendar=calendar,
             on_excluded=on_excluded,
             after=after,
+            pool=pool,
         )
 
     def schedule(
@@ -317,6 +322,7 @@ class Scheduler:
         calendar: Calendar | None = None,
         on_excluded: str = "skip",
         after: Any = None,
+        pool: Pool | None = None,
     ) -> bool:
         """Run ``action`` when ``when`` says: any :mod:`rota.schedules` schedule.
 
@@ -347,7 +353,10 @@ class Scheduler:
         "Dependencies"): a waiting slot shows in ``info().waiting_for``, and is
         skipped (``skipped_by["upstream"]``) if an upstream slot it needs fails for
         good, or its deadline or its task's next slot comes first. ``ValueError`` for
-        a cycle (naming it), or with ``Overlap.allow(n)``/``REPLACE``.
+        a cycle (naming it), or with ``Overlap.allow(n)``/``REPLACE``. ``pool`` (a
+        :class:`~rota.Pool`) keeps at most its size of its tasks' runs in flight at
+        once, across every node of a store: a run due while it is full waits
+        (``queued``, ``info().waiting_for`` the pool) and they start in slot order.
 
         Schedules that name instants (``Cron``, ``Once(at=datetime)``,
         ``FixedRate(start=datetime)``) need an epoch clock: on a monotonic one
@@ -368,7 +377,7 @@ class Scheduler:
         admitted, plan, first = self._admit(
             task_id, calendared(when, calendar, on_excluded), action, args, kwargs,
             (max_retries, retry, retry_on, misfire, priority),
-            (overlap, deadline, jitter, end, max_runs, after),
+            (overlap, deadline, jitter, end, max_runs, after, pool),
         )  # fmt: skip
         return self._table.add(task_id, first, admitted, plan, replace_existing)
 
@@ -380,17 +389,18 @@ class Scheduler:
         args: Any,
         kwargs: Any,
         policies: tuple[Any, Any, Any, Any, Any],
-        control: tuple[Any, Any, Any, Any, Any, Any],
+        control: tuple[Any, Any, Any, Any, Any, Any, Any],
     ) -> tuple[Any, Plan, Time]:
         """Check a new task's arguments (the one sequence, :func:`rota._core.checks.task_plan`,
         then what its table needs) and bind its schedule: its action as the table
         keeps it, its plan and its first run time. ``policies`` is ``(max_retries,
         retry, retry_on, misfire, priority)``, ``control`` ``(overlap, deadline,
-        jitter, end, max_runs, after)``. Raises what :meth:`schedule` documents."""
+        jitter, end, max_runs, after, pool)``. Raises what :meth:`schedule` documents."""
         _validate.hashable("task_id", task_id)
-        overlap, deadline, jitter, end, max_runs, after = control
+        overlap, deadline, jitter, end, max_runs, after, pool = control
         plan = task_plan(when, *policies, (overlap, deadline, jitter, self._end(end), max_runs))
-        plan.after = self._after(task_id, after, plan)
+        plan.after = admitted_after(self._table.edges, task_id, after, plan)
+        plan.pool = admitted_pool(task_id, pool, plan)
         admitted = self._table.admit(task_id, action, args, kwargs, plan)
         cursor, first = first_run(when, now := self._table.now(), self._epoch)
         check_end(plan, first)
@@ -441,21 +451,6 @@ class Scheduler:
             return action
 
         return register
-
-    def _after(self, task_id: Hashable, after: object, plan: Plan) -> Any:
-        """The upstream conditions ``after`` names for a task (``None``: none), checked
-        against every other task's (:func:`~rota._core.waits.check_after`: a cycle is
-        a ``ValueError`` naming it) and its overlap policy."""
-        found = upstreams(after)
-        if not found:
-            return None
-        if plan.concurrent:
-            raise ValueError(
-                f"after= does not go with Overlap.allow(n) or Overlap.REPLACE (task {task_id!r}):"
-                " a task that waits for others runs its slots one at a time"
-            )
-        check_after(self._table.edges(), task_id, found)
-        return found
 
     def _end(self, end: Time | datetime | None) -> Time | datetime | None:
         """``end`` as given, refused (``ValueError``) as a datetime on a monotonic clock."""

@@ -9,6 +9,7 @@ from collections.abc import Hashable
 
 from rota._core import codec as _codec
 from rota._core.moves import Upcoming
+from rota._core.pools import Pool
 from rota._core.task import task_info
 from rota._core.types import FINISHED, NO_SKIPS, RunOutcome, Status, TaskInfo, Time, result_of
 from rota._scheduling.reads import Entry
@@ -31,7 +32,7 @@ class StoredReads(StoredChanges):
     def status(self, task_id: Hashable) -> Status | None:
         """Finished tasks stay until pruned. One read."""
         row = self.get(task_id)
-        return None if row is None else self.status_of(row)
+        return None if row is None else self.shown(row)[0]
 
     def info(self, task_id: Hashable) -> TaskInfo | None:
         """``last_outcome`` from the stored history, its ``error`` a
@@ -55,7 +56,9 @@ class StoredReads(StoredChanges):
         """The unfinished stored tasks by id, tasks removed by their declarer left out.
         One query, linear in the rows returned (one more for a page that removed tasks
         left short)."""
-        return [self.info_of(row, last) for row, last in self.page(after, limit, True)]
+        page = self.page(after, limit, True)
+        pools = self._store.pools() if any("pool" in row.spec for row, _ in page) else {}
+        return [self.info_of(row, last, pools) for row, last in page]
 
     def edges(self) -> dict[Hashable, list[Hashable]]:
         """From every unfinished stored task's spec: one query, linear in the rows."""
@@ -83,10 +86,30 @@ class StoredReads(StoredChanges):
         expires (its run may then be taken over). One indexed read."""
         return self._store.next_due(self._node, self._actions.known())
 
-    def info_of(self, row: TaskRow, o: OutcomeRow | None) -> TaskInfo:
+    def shown(
+        self, row: TaskRow, pools: dict[str, tuple[int, int]] | None = None
+    ) -> tuple[Status, list[str] | None]:
+        """The status and ``waiting_for`` shown of a stored task: a due run of a pooled
+        task whose pool is full waits for a place (``queued``, the pool named), as the
+        engine's parked run does in memory (:func:`rota._core.pools.shown_status`).
+        ``pools``: :meth:`Store.pools`, read here when needed (one query)."""
+        status, waiting = self.status_of(row), row.state.get("waiting")
+        found = row.spec.get("pool")
+        if isinstance(found, dict) and status is Status.SCHEDULED and not row.paused:
+            size, used = (self._store.pools() if pools is None else pools).get(
+                found["name"], (0, 0)
+            )
+            if used >= size and row.due <= self.now():
+                return Status.QUEUED, [Pool.from_json(found).waiting]
+        return status, waiting
+
+    def info_of(
+        self, row: TaskRow, o: OutcomeRow | None, pools: dict[str, tuple[int, int]] | None = None
+    ) -> TaskInfo:
         """What ``info`` shows of a stored task, ``o`` its latest outcome: built by the
-        one rule the in-memory table uses (:func:`rota._core.engine.task_info`). O(1)."""
-        status = self.status_of(row)
+        one rule the in-memory table uses (:func:`rota._core.engine.task_info`). O(1)
+        (a read of the pools for a pooled task's, without ``pools``)."""
+        status, waiting = self.shown(row, pools)
         outcome = None
         if o is not None and status not in FINISHED:
             error = None if o.error is None else StoredError(o.error)
@@ -114,7 +137,7 @@ class StoredReads(StoredChanges):
         return task_info(
             row.task_id, status, row.paused, due, schedule, row.state.get("attempt", 0),
             row.due if row.unreadable else slot_of(row), outcome,
-            None if skipped is None else tuple(skipped), row.state.get("waiting"),
+            None if skipped is None else tuple(skipped), waiting,
         )  # fmt: skip
 
     # -- the read half
@@ -129,10 +152,12 @@ class StoredReads(StoredChanges):
     def listing(self, after: str | None, limit: int | None, unfinished: bool) -> list[Entry]:
         """Each row with its latest outcome, why it cannot be read here (if so), its zone
         and lease. One query, linear in the rows returned (one more for a page that
-        removed tasks left short)."""
+        removed tasks left short; one of the pools for a page with a pooled task)."""
+        page = self.page(after, limit, unfinished)
+        pools = self._store.pools() if any("pool" in row.spec for row, _ in page) else {}
         return [
             Entry(
-                self.info_of(row, last),
+                self.info_of(row, last, pools),
                 last,
                 row.unreadable,
                 zone_of(row),
@@ -142,7 +167,7 @@ class StoredReads(StoredChanges):
                 row.due,
                 tags_of(row),
             )
-            for row, last in self.page(after, limit, unfinished)
+            for row, last in page
         ]
 
     def entry(self, shown: str) -> Entry | None:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from rota._core import validate as _validate
 from rota._core.moves import calendared
 from rota._core.policy import RetryOn, RetryPolicy, Schedule
+from rota._core.pools import Pool
 from rota._core.types import Time
 from rota._scheduling.scheduler import MONOTONIC_CLOCKS, Clock, Scheduler
 from rota.calendars import Calendar
@@ -200,6 +201,7 @@ class DurableScheduler(Scheduler):
         on_excluded: str = "skip",
         after: Any = None,
         tags: Sequence[str] | None = None,
+        pool: Pool | None = None,
     ) -> bool:
         r"""Make sure a task exists as declared: for tasks declared at every start-up.
 
@@ -219,8 +221,9 @@ class DurableScheduler(Scheduler):
         declaration changed (a job cancelled, or :meth:`remove`\ d, then edited
         or declared again); with the same declaration it stays finished.
 
-        ``calendar``/``on_excluded`` and ``after`` are :meth:`schedule`'s; a declaration with
-        another calendar is another declaration (its next run decided again).
+        ``calendar``/``on_excluded``, ``after`` and ``pool`` are :meth:`schedule`'s; a
+        declaration with another calendar is another declaration (its next run decided
+        again).
 
         ``zone`` (an IANA name, ``"Europe/Berlin"``) is the zone the task's
         times are shown in by the command and the dashboard (``spec["zone"]``,
@@ -233,7 +236,7 @@ class DurableScheduler(Scheduler):
         admitted, plan, first = self._admit(
             task_id, calendared(when, calendar, on_excluded), action, args, kwargs,
             (max_retries, retry, retry_on, misfire, priority),
-            (overlap, deadline, jitter, end, max_runs, after),
+            (overlap, deadline, jitter, end, max_runs, after, pool),
         )  # fmt: skip
         row = self._stored.row(task_id, first, admitted, plan)
         for name, value in (("owner", owner), ("zone", zone)):

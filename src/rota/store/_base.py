@@ -230,14 +230,23 @@ def write_row(
 ) -> None:
     """Write ``new`` in a database store's ``table`` through its ``execute`` (``mark``
     its parameter mark, times through ``encode``): over ``old``, or inserted if there
-    was none. One statement."""
-    values = row_values(new, encode)
+    was none, with its pool's name (a column of its own, for the claims' count of
+    places). One statement, two for a pooled row (its pool's size)."""
+    found = new.spec.get("pool")
+    values = (*row_values(new, encode), None if not isinstance(found, dict) else found["name"])
     if old is None:
         marks = ",".join([mark] * len(values))
-        execute(f"INSERT INTO {table} ({COLUMNS}) VALUES ({marks})", values)
+        execute(f"INSERT INTO {table} ({COLUMNS}, pool) VALUES ({marks})", values)
     else:
         execute(
-            update_sql(table, ROW_COLUMNS, mark, f"task_id = {mark}"), (*values[1:], old.task_id)
+            update_sql(table, f"{ROW_COLUMNS}, pool", mark, f"task_id = {mark}"),
+            (*values[1:], old.task_id),
+        )
+    if isinstance(found, dict):  # the size last declared for a name is the pool's
+        execute(
+            f"INSERT INTO {table.removesuffix('tasks')}pools (name, size) VALUES ({mark}, "
+            f"{mark}) ON CONFLICT (name) DO UPDATE SET size = excluded.size",
+            (found["name"], found["size"]),
         )
 
 
@@ -689,6 +698,12 @@ class Store(Protocol):
         """The action names of the tasks that can be claimed or are in flight
         (paused ones aside): for a warning at start-up. The database stores read
         their action index loosely: O(distinct actions x log n), not O(n)."""
+        ...
+
+    def pools(self) -> dict[str, tuple[int, int]]:
+        """Each pool's size and the places held (its rows under a lease), by name: for
+        the dashboard, ``/metrics`` and ``info`` of a run that waits for a place. One
+        query, O(pools x log n)."""
         ...
 
     def rows(self) -> list[TaskRow]:

@@ -22,6 +22,7 @@ from ._base import (
     run_order,
 )
 from ._ledger import MemoryLedger
+from ._pools import POOL, memory_pools, pool_name
 from ._waits import ended_rows, waiting_for, wakes
 
 
@@ -48,6 +49,7 @@ class MemoryStore(StoreBase):
         self._outcomes: dict[tuple[str, Time, int, int], OutcomeRow] = {}
         self._nodes: dict[str, NodeRow] = {}
         self._waits: dict[str, set[str]] = {}  # upstream -> the tasks whose runs wait for it
+        self._pools: dict[str, int] = {}  # each pool's size, as last written
         self._seq = 0
         self._version = 0
         self.ledger = MemoryLedger(self._lock, lambda: self._outcomes)
@@ -90,6 +92,9 @@ class MemoryStore(StoreBase):
                     seq += 1
                     new.seq = seq
                 rows[task_id] = new
+                found = new.spec.get(POOL)
+                if isinstance(found, dict):
+                    self._pools[found["name"]] = found["size"]
             results.append(decided)
         self._wake(rows, *wakes(results))
         self._rows, self._outcomes, self._seq = rows, outcomes, seq
@@ -135,10 +140,7 @@ class MemoryStore(StoreBase):
 
     def _claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """:meth:`claim`'s work, under the lock."""
-        due = sorted(
-            (r for r in self._rows.values() if _due(r, now) and known.claims(r)),
-            key=run_order,
-        )[:limit]
+        due = self._open(now, known)[:limit]
         expired = sorted(
             (r for r in self._rows.values() if _expired(r, now) and known.claims(r)),
             key=lambda r: r.lease_until or 0,
@@ -188,11 +190,7 @@ class MemoryStore(StoreBase):
     def next_due(self, node: str, known: Known, *, own: bool = False) -> Time | None:
         """See :meth:`rota.store.Store.next_due`."""
         with self._lock:
-            times = [
-                r.due
-                for r in self._rows.values()
-                if r.status == SCHEDULED and not r.paused and known.claims(r)
-            ]
+            times = [r.due for r in self._open(None, known)[:1]]
             times += [
                 r.lease_until
                 for r in self._rows.values()
@@ -200,6 +198,31 @@ class MemoryStore(StoreBase):
                 and known.claims(r)
             ]  # fmt: skip
             return min(times, default=None)
+
+    def _open(self, now: Time | None, known: Known) -> list[TaskRow]:
+        """The rows due at ``now`` (``None``: at any time) that a claim would take, in
+        run order: those of a full pool left out, a pool's places taken in that order
+        (``rota.store._pools``, as one claim statement and its check). O(n log n)."""
+        room = {name: size - used for name, (size, used) in self._pools_now().items()}
+        found = []
+        for row in sorted(
+            (r for r in self._rows.values() if _due(r, now) and known.claims(r)), key=run_order
+        ):
+            name = pool_name(row)
+            if name is not None:
+                if room.get(name, 0) <= 0:
+                    continue
+                room[name] -= 1
+            found.append(row)
+        return found
+
+    def _pools_now(self) -> dict[str, tuple[int, int]]:
+        return memory_pools(self._rows.values(), self._pools)
+
+    def pools(self) -> dict[str, tuple[int, int]]:
+        """See :meth:`rota.store.Store.pools`. O(n)."""
+        with self._lock:
+            return self._pools_now()
 
     def get(self, task_id: str) -> TaskRow | None:
         """See :meth:`rota.store.Store.get`."""
@@ -297,8 +320,8 @@ class MemoryStore(StoreBase):
         return None if self._clock is None else self._clock()
 
 
-def _due(row: TaskRow, now: Time) -> bool:
-    return row.status == SCHEDULED and not row.paused and row.due <= now
+def _due(row: TaskRow, now: Time | None) -> bool:
+    return row.status == SCHEDULED and not row.paused and (now is None or row.due <= now)
 
 
 def _expired(row: TaskRow, now: Time) -> bool:

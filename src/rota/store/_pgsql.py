@@ -27,6 +27,7 @@ from ._base import (
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._ledger import ledger_steps
+from ._pools import open_sql, pool_steps
 from ._schema import FORMER_PREFIX, former_tables, migrate, renamed_actions_sql
 
 RETRIES = 5
@@ -113,6 +114,7 @@ def _migrations(p: str) -> list[list[str]]:
             f"CREATE INDEX IF NOT EXISTS {p}waits_task ON {p}waits (task_id)",
         ],
         ledger_steps(p, "bigserial PRIMARY KEY", "double precision"),  # (see SQLite's step)
+        pool_steps(p),  # (see SQLite's step)
     ]
 
 
@@ -149,7 +151,7 @@ def _due_sql(p: str, column: str, *, claim: bool) -> str:
     return (
         f"SELECT c.{column} FROM unnest(%s::text[]) AS n(action) CROSS JOIN LATERAL "
         f"(SELECT task_id, due, priority, seq FROM {p}tasks WHERE action = n.action "
-        f"AND status = 'scheduled' AND NOT paused {bound}"
+        f"AND status = 'scheduled' AND NOT paused {bound}AND {open_sql(p)} "
         "AND NOT task_id = ANY(%s) ORDER BY due, priority, seq LIMIT %s"
         f"{locking}) c ORDER BY c.due, c.priority, c.seq LIMIT %s"
     )

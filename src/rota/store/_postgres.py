@@ -82,6 +82,7 @@ from ._pgsql import (
     stored_version,
     upgrade,
 )
+from ._pools import pools_sql, settle
 from ._schema import DEFAULT_PREFIX, is_current
 from ._waits import ended_rows, ended_sql, sync_waits, wakes
 
@@ -475,12 +476,11 @@ class PostgresStore(StoreBase):
             )
 
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
-        """See :meth:`rota.store.Store.claim`: ``SKIP LOCKED``, never waits on other nodes."""
-        # Each claim statement is atomic alone: claims of due runs and of expired leases
-        # need not share a transaction (a retry after a lost link only claims afresh).
-        return self._retrying(
-            lambda db: self._claim_in(db, node, now, limit, lease, known), transaction=False
-        )
+        """See :meth:`rota.store.Store.claim`: ``SKIP LOCKED``, never waits on other nodes
+        (but for a place in a pool: nodes claiming from one pool check it one after
+        another). One transaction: a claim's rows beyond its pools' places are given
+        back before anyone sees them leased."""
+        return self._retrying(lambda db: self._claim_in(db, node, now, limit, lease, known))
 
     def _claim_in(
         self,
@@ -523,13 +523,15 @@ class PostgresStore(StoreBase):
                 (_num(now), *params, limit - len(due), node, until),
             ).fetchall()
         )
+        rows = claimed_rows(due, expired, _time)
+        given = settle(db.execute, p, "%s", [r for r in rows if not r.reclaimed], lock=True)
         if sync is not None:  # in a transaction: the claimed rows stay locked until it ends
             if due or expired:
                 self._at("claim: results")
             sync()
             if due or expired:
                 self._at("claim: synced")
-        return claimed_rows(due, expired, _time)
+        return [row for row in rows if row.task_id not in given] if given else rows
 
     def _at(self, point: str) -> None:
         """A point inside a transaction that holds rows locked (:data:`FAULT_POINTS`),
@@ -621,6 +623,11 @@ class PostgresStore(StoreBase):
             return min(times, default=None)
 
         return self._retrying(work)
+
+    def pools(self) -> dict[str, tuple[int, int]]:
+        """See :meth:`rota.store.Store.pools`."""
+        found = self._retrying(lambda db: db.execute(pools_sql(self._p)).fetchall())
+        return {name: (int(size), int(used)) for name, size, used in found}
 
     def _stored_actions(self, db: psycopg.Connection[Any]) -> list[str]:
         """The distinct actions of the claimable rows: a loose scan of the action index

@@ -51,6 +51,7 @@ from ._base import (
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._ledger import SqlLedger
+from ._pools import open_sql, pools_sql, settle
 from ._schema import (
     DEFAULT_PREFIX,
     FORMER_PREFIX,
@@ -371,8 +372,7 @@ class SQLiteStore(StoreBase):
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`rota.store.Store.claim`."""
         with self._write() as db:
-            found = self._claim_in(db, node, now, limit, lease, known)
-        return claimed_rows(*found)
+            return self._claim_in(db, node, now, limit, lease, known)
 
     def complete_and_claim(
         self, edits: Sequence[Edit], node: str, now: Time, limit: int, lease: Time, known: Known
@@ -380,15 +380,14 @@ class SQLiteStore(StoreBase):
         """See :meth:`rota.store.Store.complete_and_claim`: one ``BEGIN IMMEDIATE``
         transaction, one commit (with ``FULL``, one fsync)."""
         with self._write() as db:
-            return self._modify_in(db, edits), claimed_rows(
-                *self._claim_in(db, node, now, limit, lease, known)
-            )
+            return self._modify_in(db, edits), self._claim_in(db, node, now, limit, lease, known)
 
     def _claim_in(
         self, db: sqlite3.Connection, node: str, now: Time, limit: int, lease: Time, known: Known
-    ) -> tuple[list[Any], list[Any]]:
-        """:meth:`claim`'s statements, in ``db``'s transaction: the rows they leased,
-        due ones and expired ones, as read."""
+    ) -> list[TaskRow]:
+        """:meth:`claim`'s statements, in ``db``'s transaction: the rows they leased
+        (:func:`~rota.store._base.claimed_rows`), due ones beyond their pools' places
+        given back (:func:`~rota.store._pools.settle`)."""
         p = self._p
         where, params = _known(known)
         until = self._until(db, now, lease)
@@ -418,7 +417,9 @@ class SQLiteStore(StoreBase):
                 (node, until, now, *params, limit - len(due)),
             ).fetchall()
         )
-        return due, expired
+        rows = claimed_rows(due, expired)
+        given = settle(db.execute, p, "?", [r for r in rows if not r.reclaimed], lock=False)
+        return [row for row in rows if row.task_id not in given] if given else rows
 
     def heartbeat(
         self, node: str, now: Time, lease: Time, held: Collection[str]
@@ -475,6 +476,11 @@ class SQLiteStore(StoreBase):
         ).fetchone()
         times = [found[0] for found in (due, lease) if found is not None]
         return min(times, default=None)
+
+    def pools(self) -> dict[str, tuple[int, int]]:
+        """See :meth:`rota.store.Store.pools`."""
+        found = self._db().execute(pools_sql(self._p)).fetchall()
+        return {name: (size, used) for name, size, used in found}
 
     def _stored_actions(self, db: sqlite3.Connection) -> list[str]:
         """The distinct actions of the claimable rows: a loose scan of the action index
@@ -674,7 +680,7 @@ def _due_sql(p: str, actions: int, refused: int) -> str:
     skip = f" AND task_id NOT IN ({','.join('?' * refused)})" if refused else ""
     arm = (
         f"SELECT * FROM (SELECT task_id, due, priority, seq FROM {p}tasks WHERE action = ? "
-        f"AND status = 'scheduled' AND paused = 0 AND due <= ?{skip} "
+        f"AND status = 'scheduled' AND paused = 0 AND due <= ?{skip} AND {open_sql(p)} "
         "ORDER BY due, priority, seq LIMIT ?)"
     )
     arms = " UNION ALL ".join([arm] * actions)
