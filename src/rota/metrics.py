@@ -17,6 +17,7 @@ Two kinds of series (``docs/web.md`` lists them all):
   ``rota_last_success_timestamp_seconds{job}``, ``rota_jobs{status}``,
   ``rota_job_paused{job}``, ``rota_runs_in_flight``,
   ``rota_leases{node}``, ``rota_lease_takeovers{job}``,
+  ``rota_pool_size{pool}``, ``rota_pool_in_use{pool}``,
   ``rota_store_up`` and ``rota_store_errors_total``.
 
 The label ``job`` is bounded: the first :data:`MAX_JOBS` ids (by id, or in
@@ -245,7 +246,21 @@ class Collector(_PrometheusCollector):
                 taken.add_metric([lease.task_id], lease.takeovers)
         for node, count in sorted(per_node.items()):
             holding.add_metric([node], count)
-        yield from (nxt, success, paused, jobs, flight, holding, taken)
+        yield from (nxt, success, paused, jobs, flight, holding, taken, *self._pools())
+
+    def _pools(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        """``rota_pool_size{pool}`` and ``rota_pool_in_use{pool}``: every node's places,
+        on a store (one read)."""
+        size = GaugeMetricFamily(
+            "rota_pool_size", "Runs a pool lets run at once.", labels=["pool"]
+        )
+        used = GaugeMetricFamily(
+            "rota_pool_in_use", "Runs of a pool in flight now, on every node.", labels=["pool"]
+        )
+        for name, (places, held) in self.source.pools().items():
+            size.add_metric([name], places)
+            used.add_metric([name], held)
+        return size, used
 
     def _last_success(self, job: str, last: Any) -> float | None:
         """When ``job`` last succeeded: its latest run if ok, else what was known, else

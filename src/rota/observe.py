@@ -130,6 +130,11 @@ class Source:
         """Every node its heartbeats recorded (none in memory: one process)."""
         return self.table.nodes()
 
+    def pools(self) -> dict[str, tuple[int, int]]:
+        """Each pool's size and the places held now, by name (every node's, on a
+        store). One read."""
+        return self.table.pools()
+
     def now(self) -> float:
         """The time nodes' heartbeats are on: the store's own, else this host's."""
         return self.table.wall_now()

@@ -279,6 +279,8 @@ def _plan(cli: Cli) -> subprocess.CompletedProcess[str]:
         ('[alerts]\nops = { webhook = "ftp://x" }\n', "an http:// or https:// URL"),
         ('[alerts]\nops = { webhook = { env = "ROTA_NO_VAR" } }\n', "$ROTA_NO_VAR is not set"),
         ('[access]\nci = { scope = "root", sha256 = "' + "a" * 64 + '" }\n', "'root' is not"),
+        ("[pools]\nwarehouse = 0\n", "[pools]: key 'warehouse': Pool size must be at least 1"),
+        ('[pools]\nwarehouse = "2"\n', "Pool size must be an int, not '2'"),
     ],
 )
 def test_bad_fleet_tables_are_refused_naming_the_key(cli: Cli, text: str, message: str) -> None:
@@ -293,6 +295,13 @@ def test_a_job_alert_naming_an_unknown_destination_is_refused(cli: Cli) -> None:
     done = _plan(cli)
     assert done.returncode == 2
     assert "job 'j': key 'alert': to: no destination 'ops' in [alerts]" in done.stderr
+
+
+def test_a_job_naming_an_unknown_pool_is_refused(cli: Cli) -> None:
+    cli.write('[pools]\nwh = 2\n[[jobs]]\nid = "j"\nevery = "1h"\ncommand = "true"\npool = "w"\n')
+    done = _plan(cli)
+    assert done.returncode == 2
+    assert "job 'j': key 'pool': 'w' is not a pool of [pools] (declared: wh)" in done.stderr
 
 
 def test_a_run_running_longer_than_its_rule_alerts_once(cli: Cli, hook: Hook) -> None:

@@ -120,6 +120,17 @@ class Pools:
     _parked: dict[str, set[Hashable]]
     queue: Any
 
+    def pool_use(self) -> dict[str, tuple[int, int]]:
+        """Each pool its tasks name: its size (as the last task scheduled in it gives
+        it) and the places held (its runs claimed), by name. O(tasks)."""
+        found: dict[str, tuple[int, int]] = {}
+        for task in self._tasks.values():
+            pool = None if task.plan is None else task.plan.pool
+            if pool is not None:
+                used = found.get(pool.name, (0, 0))[1]
+                found[pool.name] = (pool.size, used + (task.status in LEASED))
+        return dict(sorted(found.items()))
+
     def _take_place(self, task: Task, plan: Plan) -> bool:
         """Whether a claimed run of a pooled task may run: its pool has a place (taken
         now), else the run is parked and ``False``. The places held are checked

@@ -288,6 +288,10 @@ class Tasks(ABC):
         """Every node its heartbeats recorded (none in one process)."""
 
     @abstractmethod
+    def pools(self) -> dict[str, tuple[int, int]]:
+        """Each pool's size and the places its runs hold now, by name."""
+
+    @abstractmethod
     def wall_now(self) -> float:
         """The time nodes' heartbeats are on, as epoch seconds: the store's own, else
         this host's."""
@@ -622,6 +626,10 @@ class LocalTasks(Tasks):
     def nodes(self) -> list[NodeRow]:
         """None: one process."""
         return []
+
+    def pools(self) -> dict[str, tuple[int, int]]:
+        """The engine's pools (:meth:`~rota._core.pools.Pools.pool_use`). O(n)."""
+        return self.locked(self.engine.pool_use)
 
     def wall_now(self) -> float:
         """This host's time."""

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rota import Pool
+
 from ._values import JobFileError, duration
 
 SCOPES = ("read", "operate", "admin")
@@ -109,6 +111,29 @@ def retention(table: object, where: str) -> Retention | None:
     if runs is not None and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 1):
         raise JobFileError(f"{where}: key 'keep_runs': {runs!r} is not an int >= 1")
     return Retention(keep, runs)
+
+
+def pools(table: object, where: str) -> dict[str, Pool]:
+    """``[pools]`` (``warehouse = 2``: a name and its size); empty if absent."""
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise JobFileError(f"{where}: a table of names and sizes like warehouse = 2 is required")
+    found = {}
+    for name, size in table.items():
+        try:
+            found[name] = Pool(name, size)
+        except (TypeError, ValueError) as exc:
+            raise JobFileError(f"{where}: key {name!r}: {exc}") from None
+    return found
+
+
+def pool(value: object, what: str, known: dict[str, Pool]) -> Pool:
+    """A job's ``pool``: the name of one of ``[pools]``."""
+    if not isinstance(value, str) or value not in known:
+        declared = ", ".join(sorted(known)) or "none"
+        raise JobFileError(f"{what}: {value!r} is not a pool of [pools] (declared: {declared})")
+    return known[value]
 
 
 def secret(value: object, what: str) -> str:

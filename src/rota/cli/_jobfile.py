@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rota import Pool
 from rota._core import validate as _validate
 from rota._core.deps import Upstream, upstreams
 from rota._core.policy import Schedule
@@ -40,6 +41,8 @@ from ._fleet import (
     access,
     alert_rule,
     destinations,
+    pool,
+    pools,
     retention,
     tags,
 )
@@ -53,14 +56,14 @@ JOB_KEYS = frozenset(
     {"id", "cron", "every", "at", "start", "command", "call", "args", "kwargs", "timeout",
      "tz", "max_retries", "retry", "misfire", "env", "inherit_env", "on_failure", "ping",
      "cwd", "overlap", "deadline", "jitter", "end", "max_runs", "enqueue", "log_output",
-     "business_day", "calendar", "on_excluded", "after", "tags", "alert", "http"}
+     "business_day", "calendar", "on_excluded", "after", "tags", "alert", "http", "pool"}
 )  # fmt: skip
 DEFAULT_KEYS = JOB_KEYS - {"id", "cron", "every", "at", "start", "command", "call", "enqueue",
                            "http", "business_day", "calendar", "on_excluded",
                            "after"}  # fmt: skip
 HANDOFF = "rota.handoff:publish"
 """The stored action of ``enqueue`` jobs (see :mod:`rota.handoff`)."""
-FLEET_TABLES = ("retention", "alerts", "access")
+FLEET_TABLES = ("retention", "alerts", "access", "pools")
 """The top-level tables of :mod:`rota.cli._fleet`."""
 RECURRING_KEYS = frozenset({"misfire", "overlap", "end", "max_runs"})
 """Keys a one-off (``at``) job has no use for: left out of the defaults it takes."""
@@ -92,6 +95,7 @@ class Job:
     after: tuple[Upstream, ...] = ()
     tags: tuple[str, ...] = ()
     alert: AlertRule | None = None
+    pool: Pool | None = None
 
     @property
     def zone_name(self) -> str | None:
@@ -114,6 +118,7 @@ class Job:
             "end": self.end,
             "max_runs": self.max_runs,
             "after": self.after or None,
+            "pool": self.pool,
         }
 
 
@@ -154,9 +159,10 @@ def load_file(path: str | Path, *, imports: bool = True) -> JobFile:
     if unknown:
         raise JobFileError(
             f"{path}: unknown top-level keys {sorted(unknown)}: use [defaults], [brokers], "
-            "[calendars.NAME], [retention], [alerts], [access] and [[jobs]]"
+            "[calendars.NAME], [retention], [alerts], [access], [pools] and [[jobs]]"
         )
     known = destinations(data.get("alerts"), f"{path}: [alerts]")
+    places = pools(data.get("pools"), f"{path}: [pools]")
     brokers = _brokers(data.get("brokers", {}), f"{path}: [brokers]")
     calendars = calendar_tables(data.get("calendars", {}), path)
     defaults = data.get("defaults", {})
@@ -191,6 +197,8 @@ def load_file(path: str | Path, *, imports: bool = True) -> JobFile:
         job.tags = tags(merged["tags"], f"{where} 'tags'") if "tags" in merged else ()
         if "alert" in merged:
             job.alert = alert_rule(merged["alert"], f"{where} 'alert'", known)
+        if "pool" in merged:
+            job.pool = pool(merged["pool"], f"{where} 'pool'", places)
         loaded.append(job)
     cycles(loaded, {}, str(path))
     return JobFile(

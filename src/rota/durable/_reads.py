@@ -199,6 +199,10 @@ class StoredReads(StoredChanges):
         """One read."""
         return self._store.nodes()
 
+    def pools(self) -> dict[str, tuple[int, int]]:
+        """The store's pools, every node's places counted: one read."""
+        return self._store.pools()
+
     def wall_now(self) -> float:
         """The store's own time where it keeps one."""
         own = self._store.now()

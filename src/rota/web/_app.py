@@ -316,7 +316,8 @@ class Dashboard:
     async def nodes_page(self, request: Request) -> Response:
         """``GET /nodes``: every node its heartbeats recorded, live or dead (no beat for
         longer than its lease), with its last heartbeat and the runs it holds now; a
-        node holding runs that recorded no heartbeat yet is listed too. Two reads."""
+        node holding runs that recorded no heartbeat yet is listed too; above them, each
+        pool's places in use across the nodes. Three reads."""
         now = self.source.now()
         held: dict[str, list[dict[str, Any]]] = {}
         for lease in self.source.leases():
@@ -338,9 +339,11 @@ class Dashboard:
             for node, runs in sorted(held.items())
         ]  # fmt: skip
         nodes.sort(key=lambda n: (not n["live"], n["name"]))
+        pools = [{"name": name, "size": size, "used": used}
+                 for name, (size, used) in self.source.pools().items()]  # fmt: skip
         return self.page(request, "live.html", {
             "nodes": nodes, "durable": self.source.durable, "heading": "Nodes",
-            "live": "nodes_live.html",
+            "live": "nodes_live.html", "pools": pools,
         })  # fmt: skip
 
     async def login_page(self, request: Request) -> Response:
