@@ -1,5 +1,5 @@
-"""Operating a fleet: what alerts and tracing cost per run on a busy node, as a ratio to
-the same drain without them (``x plain``).
+"""Operating a fleet: what alerts, pools and tracing cost per run on a busy node, as a
+ratio to the same drain without them (``x plain``).
 
 The drain: 1,000 jobs, ticked through a simulated day of hourly slots (24,000 runs),
 on a SQLite file (``DurableScheduler.tick``, one commit per run) and, for tracing,
@@ -12,9 +12,15 @@ also in memory (``Scheduler.tick``), a run and its decision per op.
   jobs (an ok run of a job without a streak is not judged), and jobs whose every run
   fails (each judged: the worst case; its alerts are written, none delivered: their
   destination is another node's).
+- ``pools``: every job in one pool (``Pool("warehouse", 10)``): each claim takes a
+  place (in memory, the engine's count; on SQLite, the claim leaves out full pools
+  and counts the places of the pooled rows it took, in its transaction) and each
+  completion frees it. A tick runs one run at a time, so the pool is never full:
+  what is measured is the bookkeeping every pooled run pays.
 - ``tracing``: ``rota.tracing`` off (the API absent, as without the extra), on with
-  no SDK provider (the API's no-op spans) and on with the SDK and an exporter that
-  drops what it is given (the SDK's full cost short of the network).
+  no SDK provider (the API's no-op spans) and on with the SDK as a service runs it
+  (a ``BatchSpanProcessor``: spans queued, exported by its own thread) and an
+  exporter that drops what it is given (the SDK's full cost short of the network).
 
 Retention: the longest transaction of one batch of the rule, over 200,000 recorded
 runs, on SQLite and (``ROTA_PG_DSN`` set) PostgreSQL, beside the bound (a tenth of
@@ -36,7 +42,7 @@ from typing import Any
 
 from harness import Figure, Run, interleave, save, table, timed
 
-from rota import FixedRate, ManualClock, Scheduler, tracing
+from rota import FixedRate, ManualClock, Pool, Scheduler, tracing
 from rota.cli._alerts import Fleet
 from rota.cli._fleet import AlertRule
 from rota.cli._jobfile import JobFile
@@ -66,10 +72,13 @@ class _Job:
         self.alert = alert
 
 
-def drain(durable: bool, *, alerts: bool = False, trace: str = "off", fails: bool = False) -> Run:
+def drain(
+    durable: bool, *, alerts: bool = False, trace: str = "off", fails: bool = False,
+    pool: Pool | None = None,
+) -> Run:  # fmt: skip
     """A simulated day of hourly ticks over 1,000 jobs (whose runs all fail, with
-    ``fails``), with alerts or tracing as asked (``trace``: ``off``, ``noop`` or
-    ``sdk``)."""
+    ``fails``), with alerts, tracing (``trace``: ``off``, ``noop`` or ``sdk``) or every
+    job in ``pool`` as asked."""
     clock = ManualClock(START)
     sched: Scheduler
     if durable:
@@ -80,7 +89,7 @@ def drain(durable: bool, *, alerts: bool = False, trace: str = "off", fails: boo
         sched = Scheduler(clock=clock, epoch=True)
     for k in range(JOBS):
         action: Any = "noop" if durable else noop
-        sched.schedule(f"j{k}", FixedRate(HOUR, start=START + HOUR), action)
+        sched.schedule(f"j{k}", FixedRate(HOUR, start=START + HOUR), action, pool=pool)
     fleet = None
     if alerts:
         assert isinstance(sched, DurableScheduler)
@@ -138,7 +147,7 @@ def _provider(trace: str) -> None:
     mode can be switched to in one process)."""
     from opentelemetry import trace as api
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
     class Dropped(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
@@ -146,11 +155,11 @@ def _provider(trace: str) -> None:
 
     if not PROVIDERS:
         sdk = TracerProvider()
-        sdk.add_span_processor(SimpleSpanProcessor(Dropped()))
+        sdk.add_span_processor(BatchSpanProcessor(Dropped()))
         PROVIDERS.update(sdk=sdk, noop=api.NoOpTracerProvider())
         api.set_tracer_provider(_switch())
     _Switch.current = PROVIDERS.get(trace, PROVIDERS["noop"])
-    tracing._tracer = None  # its next run gets the mode's tracer
+    tracing._provider = None  # its next run decides its tracer again: the mode's
 
 
 def _switch() -> Any:
@@ -231,6 +240,13 @@ def main() -> None:
         {"plain": lambda: drain(True, fails=True),
          "alerts": lambda: drain(True, alerts=True, fails=True)},
     )  # fmt: skip
+    warehouse = Pool("warehouse", 10)
+    for durable, where in ((False, "memory"), (True, "SQLite")):
+        figures += interleave(
+            f"pools, {where}", 0,
+            {"plain": lambda d=durable: drain(d),  # type: ignore[misc]
+             "pool": lambda d=durable: drain(d, pool=warehouse)},  # type: ignore[misc]
+        )  # fmt: skip
     for durable, where in ((False, "memory"), (True, "SQLite")):
         figures += interleave(
             f"tracing, {where}", 0,

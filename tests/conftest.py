@@ -159,9 +159,9 @@ def spans(_tracer_switch: Any) -> Iterator[Any]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     _tracer_switch.current = provider
-    tracing._tracer = None  # rota's next run gets the SDK's tracer
+    tracing._provider = None  # rota's next run decides its tracer again: the SDK's
     try:
         yield exporter
     finally:
         _tracer_switch.current = trace.NoOpTracerProvider()
-        tracing._tracer = None
+        tracing._provider = None

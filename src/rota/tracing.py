@@ -15,6 +15,7 @@ configured provider, a look at the global one (:func:`current`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import logging
 import math
@@ -27,32 +28,43 @@ ACTIVE = importlib.util.find_spec("opentelemetry") is not None
 SPAN = "rota.run"
 """The name of a run's span."""
 
-_tracer: Any = None  # rota's tracer from _provider, got once per provider
-_provider: Any = None
+_tracer: Any = None  # rota's tracer from _provider (None: it makes no span)
+_provider: Any = None  # the global provider _tracer was decided for
 log = logging.getLogger("rota.tracing")
 
 
 def current() -> Any:
     """rota's tracer from the configured provider, or ``None`` when the API is not
     installed or no provider is configured (the API's default, or a no-op one): then
-    a run makes no span at all. A look at the global provider: well under a
-    microsecond. A provider that fails is logged and treated as none."""
+    a run makes no span at all. A look at the global provider, decided again only
+    when it changed: a fraction of a microsecond. A provider that fails is logged and
+    treated as none."""
     if not ACTIVE:
         return None
     global _tracer, _provider
     try:
-        from opentelemetry import trace
-
-        provider = trace.get_tracer_provider()
-        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
-            return None
-        if _tracer is None or _provider is not provider:
-            _tracer, _provider = provider.get_tracer("rota"), provider
-        return None if isinstance(_tracer, trace.NoOpTracer) else _tracer
+        api = _api()
+        provider = api.get_tracer_provider()
+        if provider is _provider:
+            return _tracer
+        tracer = None
+        if not isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
+            found = provider.get_tracer("rota")
+            tracer = None if isinstance(found, api.NoOpTracer) else found
+        _tracer, _provider = tracer, provider
+        return tracer
     except Exception:
         log.warning("rota: no tracer from the OpenTelemetry provider; runs make no span",
                     exc_info=True)  # fmt: skip
         return None
+
+
+@functools.cache
+def _api() -> Any:
+    """The API's trace module, imported at the first look (not with rota)."""
+    from opentelemetry import trace
+
+    return trace
 
 
 def traced(

@@ -19,11 +19,16 @@ from typing import Any
 
 import pytest
 
+from rota.cli import _alerts
+from rota.cli._alerts import Fleet
+from rota.cli._fleet import AlertRule, Destination
+from rota.cli._jobfile import JobFile
 from rota.durable import DurableScheduler
 from rota.schedules import FixedRate
-from rota.store import AlertRow, AuditRow, Store
+from rota.store import AlertRow, AuditRow, PostgresStore, SQLiteStore, Store
+from rota.store._tags import TAGS_FROM_SPECS
 from tests.cli.conftest import Cli
-from tests.helpers import make_store
+from tests.helpers import make_store, wait_until
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -71,6 +76,39 @@ def test_an_alert_is_put_once_and_taken_by_one_node_at_a_time(store: Store) -> N
     assert not ledger.take(row, "c", until=50.0, now=30.0)
     [kept] = ledger.alerts(False, 10)
     assert (kept.sent, kept.body) == (29.0, {"job": "j"})
+
+
+def test_tags_are_an_index_a_bulk_action_reads_once(store: Store) -> None:
+    """``Store.tagged``: the unfinished tasks with a tag, from the index the rows'
+    writes keep; a change of tags moves them, a finished task leaves; the index of a
+    store written before it (schema 7) is filled from the specs by its migration."""
+    sched = DurableScheduler(store, clock=lambda: 1000.0)
+    sched.register("noop", lambda at: None)
+    for job, tags in (("a", ["etl", "finance"]), ("b", ["etl"]), ("c", None)):
+        sched.ensure(job, FixedRate(60, start=1000.0), "noop", tags=tags)
+    assert store.tagged("etl") == ["a", "b"]
+    assert store.tagged("finance") == ["a"]
+    assert store.tagged("nope") == []
+    sched.ensure("b", FixedRate(60, start=1000.0), "noop", tags=["finance"])  # declared anew
+    assert (store.tagged("etl"), store.tagged("finance")) == (["a"], ["a", "b"])
+    sched.cancel("a")
+    assert store.tagged("finance") == ["b"]
+    if isinstance(store, SQLiteStore | PostgresStore):
+        dialect, p = ("sqlite", "rota_") if isinstance(store, SQLiteStore) else (
+            "postgres", store._p)  # fmt: skip
+        _sql(store, f"DELETE FROM {p}tags")
+        assert store.tagged("finance") == []
+        _sql(store, TAGS_FROM_SPECS[dialect].format(p=p))  # schema 8's step, on 7's rows
+        assert store.tagged("finance") == ["b"]
+
+
+def _sql(store: Store, statement: str) -> None:
+    if isinstance(store, SQLiteStore):
+        with store._write() as db:
+            db.execute(statement)
+    else:
+        assert isinstance(store, PostgresStore)
+        store._retrying(lambda db: db.execute(statement))
 
 
 def test_prune_keeps_the_newest_runs_of_each_job_and_the_recent_audit(store: Store) -> None:
@@ -336,3 +374,35 @@ def test_a_command_destination_gets_the_alert_as_variables(cli: Cli) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     assert out.read_text() == "failing sync 2\n"
+
+
+class _Job:
+    """What :meth:`Fleet.update` reads of a job: its id and alert rule."""
+
+    def __init__(self, job_id: str, alert: AlertRule) -> None:
+        self.id, self.alert = job_id, alert
+
+
+def test_a_job_no_node_runs_alerts_overdue_once(
+    tmp_path: Path, hook: Hook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job whose run is past ``rota check``'s grace, with no node running it (this
+    fleet's node never ticks): one ``overdue`` alert, however many looks."""
+    monkeypatch.setattr(_alerts, "LOOK", 0.1)
+    sched = DurableScheduler(SQLiteStore(tmp_path / "s.db"))
+    sched.register("noop", lambda at: None)
+    sched.schedule("late", FixedRate(60, start=time.time() - 3600), "noop")
+    fleet = Fleet(sched)
+    ops = Destination("ops", webhook=f"http://127.0.0.1:{hook.port}/hook")
+    rule = AlertRule(("ops",))
+    jobs: list[Any] = [_Job("late", rule)]
+    try:
+        fleet.update(JobFile(jobs, None, {"ops": ops}, []))
+        wait_until(lambda: hook.events() == ["overdue"], 30)
+        time.sleep(0.5)  # several more looks: the same episode, nothing more
+        assert hook.events() == ["overdue"]
+        [body] = hook.bodies
+        assert (body["job"], body["event"]) == ("late", "overdue")
+        assert body["key"] == f"late@{body['slot']!r}"
+    finally:
+        fleet.close()

@@ -76,7 +76,8 @@ def test_a_sqlite_store_written_under_the_former_name_is_renamed_and_runs(
     sched = DurableScheduler(SQLiteStore(path), clock=clock, imports=True)
     names = _sqlite_names(path)
     assert names["table"] == {"rota_meta", "rota_tasks", "rota_outcomes", "rota_nodes",
-                              "rota_waits", "rota_audit", "rota_alerts", "rota_pools"}  # fmt: skip
+                              "rota_waits", "rota_audit", "rota_alerts", "rota_pools",
+                              "rota_tags"}  # fmt: skip
     assert {"rota_due_by_action", "rota_owner"} <= names["index"]
     assert not [name for kind in names.values() for name in kind if FORMER in name]
     db = sqlite3.connect(path)

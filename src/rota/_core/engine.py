@@ -395,6 +395,8 @@ class Engine(Controls, Waits, Pools):
                 return None
             plan = task.plan
             if plan is None or not plan.extra:  # the hot path
+                if plan is not None and plan.pool is not None and not self._take_place(task, plan):
+                    continue  # its pool is full: parked (see Pools)
                 move(task, QUEUED if queued else RUNNING)
                 return task
             found = self._claim_controlled(task, plan, now, queued)  # misfire and the rest
@@ -462,7 +464,7 @@ class Engine(Controls, Waits, Pools):
             return outcome
         at = entry[0]  # the slot, or the retry's time (a claim unjitters its entry)
         extra = plan.extra  # a task with scheduling controls: every check below is on it
-        if extra and plan.pool is not None:  # its place frees (the claims after decide who)
+        if plan.pool is not None:  # its place frees (the claims after decide who)
             self._free_place(task)
         if extra and task.__class__ is Run:
             return self._complete_run(task, error, started, value)

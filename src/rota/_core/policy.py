@@ -221,7 +221,6 @@ class Plan:
             or self.pending
             or self.concurrent
             or self.after
-            or self.pool is not None
             or _calendared(self.cursor)
         )
 

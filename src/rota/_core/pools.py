@@ -16,6 +16,7 @@ lease is taken over).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -68,10 +69,16 @@ class Pool:
         """The pool as a stored spec keeps it."""
         return {"name": self.name, "size": self.size}
 
-    @classmethod
-    def from_json(cls, found: Any) -> Pool:
-        """The pool a spec stored (:meth:`to_json`)."""
-        return cls(found["name"], found["size"])
+    @staticmethod
+    def from_json(found: Any) -> Pool:
+        """The pool a spec stored (:meth:`to_json`): made once per name and size (every
+        restored row of a pooled task asks)."""
+        return _pool(found["name"], found["size"])
+
+
+@functools.lru_cache(maxsize=256)
+def _pool(name: str, size: int) -> Pool:
+    return Pool(name, size)
 
 
 def admitted_pool(task_id: Hashable, pool: object, plan: Plan) -> Pool | None:
@@ -140,17 +147,20 @@ class Pools:
         pool = plan.pool
         assert pool is not None
         task_id = task.entry[2]
-        held = self._places.setdefault(pool.name, set())
-        if len(held) >= pool.size:
+        held = self._places.get(pool.name)
+        if held is None:
+            held = self._places[pool.name] = set()
+        elif len(held) >= pool.size:
             held.difference_update([i for i in held if not self._holds(i)])
         if len(held) < pool.size:
             held.add(task_id)
-            if plan.waiting == (pool.waiting,):
+            if plan.waiting is not None and plan.waiting == (pool.waiting,):
                 plan.waiting = None
             return True
         plan.waiting = (pool.waiting,)
         if plan.nominal is None:  # its own time, while its entry is the end of time
             plan.nominal = run_at(task)
+        plan.extra = True  # its next claim goes through the controls (its nominal time)
         task.entry = self.queue.push(LIMIT, task_id, plan.priority)
         self._parked.setdefault(pool.name, set()).add(task_id)
         return False
@@ -163,14 +173,11 @@ class Pools:
         """A run of pooled ``task`` ended (or the task did): its place is free, and the
         runs parked for its pool are queued again at their own times (a paused one
         when it is resumed). O(parked runs of the pool, log n each)."""
-        plan = task.plan
-        assert plan is not None
-        pool = plan.pool
-        assert pool is not None
-        held = self._places.get(pool.name)
+        name = task.plan.pool.name  # type: ignore[union-attr]
+        held = self._places.get(name)
         if held is not None:
             held.discard(task.entry[2])
-        parked = self._parked.get(pool.name)
+        parked = self._parked.get(name)
         if not parked:
             return
         for task_id in list(parked):

@@ -47,11 +47,6 @@ def audited(
         )
 
 
-def tagged(sched: DurableScheduler, tag: str) -> list[str]:
-    """The ids of the unfinished jobs with ``tag``, sorted. One listing."""
-    return [str(e.info.task_id) for e in sched.listing(unfinished=True) if tag in e.tags]
-
-
 def control(args: argparse.Namespace, sched: Any, why_not: Any) -> int:
     """``rota pause|resume|cancel|trigger ID`` or ``--tag TAG`` (every unfinished job
     with it, one line each); ``--note``. Each action is stored in the audit log.
@@ -65,7 +60,7 @@ def control(args: argparse.Namespace, sched: Any, why_not: Any) -> int:
             raise CliError(1, f"no task {args.id!r} in {redacted(args.store)}")
         jobs = [args.id]
     else:
-        jobs = tagged(sched, args.tag)
+        jobs = sched.store.tagged(args.tag)  # one read of the index of tags
         if not jobs:
             raise CliError(1, f"no unfinished job has the tag {args.tag!r}")
     failed = []

@@ -220,36 +220,6 @@ def row_values(row: TaskRow, encode: Callable[[Any], Any] = _same) -> tuple[Any,
     )  # fmt: skip
 
 
-def write_row(
-    execute: Callable[[str, Sequence[Any]], object],
-    table: str,
-    new: TaskRow,
-    old: TaskRow | None,
-    mark: str,
-    encode: Callable[[Any], Any] = _same,
-) -> None:
-    """Write ``new`` in a database store's ``table`` through its ``execute`` (``mark``
-    its parameter mark, times through ``encode``): over ``old``, or inserted if there
-    was none, with its pool's name (a column of its own, for the claims' count of
-    places). One statement, two for a pooled row (its pool's size)."""
-    found = new.spec.get("pool")
-    values = (*row_values(new, encode), None if not isinstance(found, dict) else found["name"])
-    if old is None:
-        marks = ",".join([mark] * len(values))
-        execute(f"INSERT INTO {table} ({COLUMNS}, pool) VALUES ({marks})", values)
-    else:
-        execute(
-            update_sql(table, f"{ROW_COLUMNS}, pool", mark, f"task_id = {mark}"),
-            (*values[1:], old.task_id),
-        )
-    if isinstance(found, dict):  # the size last declared for a name is the pool's
-        execute(
-            f"INSERT INTO {table.removesuffix('tasks')}pools (name, size) VALUES ({mark}, "
-            f"{mark}) ON CONFLICT (name) DO UPDATE SET size = excluded.size",
-            (found["name"], found["size"]),
-        )
-
-
 def task_row(
     found: Sequence[Any], decode: Callable[[Any], Any] = _same, *, lenient: bool = False
 ) -> TaskRow:
@@ -698,6 +668,11 @@ class Store(Protocol):
         """The action names of the tasks that can be claimed or are in flight
         (paused ones aside): for a warning at start-up. The database stores read
         their action index loosely: O(distinct actions x log n), not O(n)."""
+        ...
+
+    def tagged(self, tag: str) -> list[str]:
+        """The ids of the unfinished tasks with ``tag`` (``spec["tags"]``), sorted: what
+        a bulk action by tag acts on. One read of the index of tags."""
         ...
 
     def pools(self) -> dict[str, tuple[int, int]]:

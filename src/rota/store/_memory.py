@@ -24,6 +24,7 @@ from ._base import (
 from ._ledger import MemoryLedger
 from ._pools import POOL, memory_pools, pool_name
 from ._waits import ended_rows, waiting_for, wakes
+from ._write import tags_of
 
 
 class MemoryStore(StoreBase):
@@ -218,6 +219,14 @@ class MemoryStore(StoreBase):
 
     def _pools_now(self) -> dict[str, tuple[int, int]]:
         return memory_pools(self._rows.values(), self._pools)
+
+    def tagged(self, tag: str) -> list[str]:
+        """See :meth:`rota.store.Store.tagged`. O(n)."""
+        with self._lock:
+            return sorted(
+                r.task_id for r in self._rows.values()
+                if r.status not in FINISHED and tag in tags_of(r.spec)
+            )  # fmt: skip
 
     def pools(self) -> dict[str, tuple[int, int]]:
         """See :meth:`rota.store.Store.pools`. O(n)."""

@@ -17,7 +17,9 @@ from rota._core.types import Time
 from ._base import COLUMNS as _COLUMNS
 from ._base import (
     FINISHED_NAMES,
+    LEASED_SQL,
     RUN_COLUMNS,
+    RUNNING,
     Edit,
     Known,
     OutcomeRow,
@@ -29,6 +31,7 @@ from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._ledger import ledger_steps
 from ._pools import open_sql, pool_steps
 from ._schema import FORMER_PREFIX, former_tables, migrate, renamed_actions_sql
+from ._tags import tag_steps
 
 RETRIES = 5
 """Attempts of one transaction that hit a unique violation or a lost connection."""
@@ -114,7 +117,7 @@ def _migrations(p: str) -> list[list[str]]:
             f"CREATE INDEX IF NOT EXISTS {p}waits_task ON {p}waits (task_id)",
         ],
         ledger_steps(p, "bigserial PRIMARY KEY", "double precision"),  # (see SQLite's step)
-        pool_steps(p),  # (see SQLite's step)
+        [*pool_steps(p), *tag_steps(p, "postgres")],  # (see SQLite's step)
     ]
 
 
@@ -154,6 +157,30 @@ def _due_sql(p: str, column: str, *, claim: bool) -> str:
         f"AND status = 'scheduled' AND NOT paused {bound}AND {open_sql(p)} "
         "AND NOT task_id = ANY(%s) ORDER BY due, priority, seq LIMIT %s"
         f"{locking}) c ORDER BY c.due, c.priority, c.seq LIMIT %s"
+    )
+
+
+def claim_due_sql(p: str) -> str:
+    """The claim of the earliest due runs (:func:`_due_sql`'s parameters, then the
+    node and the lease's end): leased, their fence moved on, returned."""
+    return (
+        f"WITH due_runs AS MATERIALIZED ({_due_sql(p, 'task_id', claim=True)}) "
+        f"UPDATE {p}tasks t SET status = '{RUNNING}', owner = %s, lease_until = %s, "
+        f"fence = t.fence + 1 FROM due_runs WHERE t.task_id = due_runs.task_id "
+        f"RETURNING {_returning()}"
+    )
+
+
+def claim_expired_sql(p: str, where: str) -> str:
+    """The claim of runs whose lease ran out (parameters: now, ``where``'s, the limit,
+    the node and the lease's end): taken over, counted, returned."""
+    return (
+        f"WITH expired AS MATERIALIZED (SELECT task_id FROM {p}tasks "
+        f"WHERE owner IS NOT NULL AND status IN {LEASED_SQL} "
+        f"AND lease_until < %s AND {where} ORDER BY lease_until LIMIT %s "
+        f"FOR UPDATE SKIP LOCKED) UPDATE {p}tasks t SET status = '{RUNNING}', owner = %s, "
+        "lease_until = %s, fence = t.fence + 1, expiries = t.expiries + 1 "
+        f"FROM expired WHERE t.task_id = expired.task_id RETURNING {_returning()}"
     )
 
 

@@ -2,11 +2,11 @@
 at most a pool's size of its rows are claimed at once across every node; the same
 SQL in every database store, the same rule in :class:`~rota.store.MemoryStore`.
 
-A claim leaves out the rows of a full pool (:func:`open_sql`), then checks the pools
-of the rows it took (:func:`settle`): the pools locked (PostgreSQL, ``FOR UPDATE``:
-nodes claiming from one pool check one after another, each seeing the others'
-committed claims; SQLite has one writer), their places counted, and the rows this
-claim took beyond a pool's size given back, the latest first. A dead holder keeps
+A claim leaves out the rows of a full pool (:func:`full_sql`, :func:`open_sql`), then
+checks the pools of the rows it took (:func:`settle`): the pools locked (PostgreSQL,
+``FOR UPDATE``: nodes claiming from one pool check one after another, each seeing the
+others' committed claims; SQLite has one writer), their places counted, and the rows
+this claim took beyond a pool's size given back, the latest first. A dead holder keeps
 its place until its lease is taken over (its run may still be going on).
 """
 
@@ -24,11 +24,13 @@ POOL = "pool"
 
 
 def pool_steps(p: str) -> list[str]:
-    """Schema step 8, the same in every dialect: each row's pool (a column, written with
-    the row, indexed where set) and each pool's size."""
+    """Schema step 8's part, the same in every dialect: each row's pool (a column,
+    written with the row, indexed where it holds a place) and each pool's size."""
     return [
         f"ALTER TABLE {p}tasks ADD COLUMN pool TEXT",
-        f"CREATE INDEX IF NOT EXISTS {p}tasks_pool ON {p}tasks (pool) WHERE pool IS NOT NULL",
+        # the places held: a count reads the leased rows of one pool, never its others
+        f"CREATE INDEX IF NOT EXISTS {p}tasks_pool ON {p}tasks (pool) "
+        "WHERE pool IS NOT NULL AND owner IS NOT NULL",
         f"CREATE TABLE IF NOT EXISTS {p}pools (name TEXT PRIMARY KEY, size INTEGER NOT NULL)",
     ]
 
@@ -47,13 +49,15 @@ def in_use_sql(p: str, pool: str) -> str:
     )
 
 
+def full_sql(p: str) -> str:
+    """The names of the full pools: a claim leaves their rows out."""
+    return f"SELECT o.name FROM {p}pools o WHERE o.size <= {in_use_sql(p, 'o.name')}"
+
+
 def open_sql(p: str) -> str:
-    """A due row's condition to be claimed: it is in no pool, or in one with a place
-    (read at the statement's start; :func:`settle` makes it exact)."""
-    return (
-        f"(pool IS NULL OR pool NOT IN (SELECT o.name FROM {p}pools o WHERE o.size <= "
-        f"{in_use_sql(p, 'o.name')}))"
-    )
+    """A due row's condition to be claimed, in one statement: it is in no pool, or in
+    one with a place (read at the statement's start; :func:`settle` makes it exact)."""
+    return f"(pool IS NULL OR pool NOT IN ({full_sql(p)}))"
 
 
 def settle(
@@ -66,14 +70,18 @@ def settle(
 ) -> set[str]:
     """Give back the rows a claim just took (``claimed``, due runs, not leases taken
     over) beyond their pools' sizes, the latest first; their ids. In the claim's
-    transaction, after its statements. ``lock`` (PostgreSQL) locks the pools first,
-    so that each claim counts the others' committed places. Nothing for a claim of
-    no pooled row; else three statements."""
+    transaction, after its statements. ``lock`` (PostgreSQL: claims run at once) locks
+    the pools first, so that each claim counts the others' committed places; without
+    it (SQLite: one writer) a pool of which the claim took one row is not looked at
+    (the claim's condition found a place in it). Nothing for a claim of no pooled
+    row; else two statements, three when rows are given back."""
     by_pool: dict[str, list[TaskRow]] = {}
     for row in claimed:
         name = pool_name(row)
         if name is not None:
             by_pool.setdefault(name, []).append(row)
+    if not lock:  # one writer: a pool the claim's own read found open had a place for one
+        by_pool = {name: rows for name, rows in by_pool.items() if len(rows) > 1}
     if not by_pool:
         return set()
     names = sorted(by_pool)

@@ -35,7 +35,6 @@ from ._base import COLUMNS as _COLUMNS
 from ._base import (
     FINISHED_NAMES,
     LEASED_SQL,
-    RUNNING,
     Change,
     Edit,
     Known,
@@ -52,7 +51,6 @@ from ._base import (
     outcome_from,
     redacted,
     task_row,
-    write_row,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._ledger import SqlLedger
@@ -71,8 +69,9 @@ from ._pgsql import (
     _migrations,
     _num,
     _outcome_values,
-    _returning,
     _time,
+    claim_due_sql,
+    claim_expired_sql,
     end_stalled_in,
     ledger_run,
     prune_in,
@@ -84,7 +83,9 @@ from ._pgsql import (
 )
 from ._pools import pools_sql, settle
 from ._schema import DEFAULT_PREFIX, is_current
+from ._tags import tagged_sql
 from ._waits import ended_rows, ended_sql, sync_waits, wakes
+from ._write import write_row
 
 
 class PostgresStore(StoreBase):
@@ -225,6 +226,11 @@ class PostgresStore(StoreBase):
                     raise
                 time.sleep(min(0.05 * 2**attempt, 2.0))
         raise AssertionError("unreachable")
+
+    def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows of one read, each statement its own transaction (retried as
+        :meth:`_retrying` does)."""
+        return self._retrying(lambda db: db.execute(sql, params).fetchall(), transaction=False)
 
     def _drop_current(self) -> None:
         """The calling thread's connection met an error other than a cancelled
@@ -432,12 +438,13 @@ class PostgresStore(StoreBase):
         row = None if found is None else task_row(found, _time)
         if fence is not None and (row is None or row.fence != fence):
             return None
+        before = None if row is None else row.spec  # (a decision may replace it)
         decided = change(row)
         new = decided.row
         if new is not None:
             new.version = 0 if row is None else row.version + 1
             self._seq(db, decided)
-            write_row(db.execute, f"{p}tasks", new, row, "%s", _num)
+            write_row(db.execute, f"{p}tasks", new, row, "%s", _num, before=before)
         self._record(db, decided)
         self._sync_waits(db, [decided])
         return decided
@@ -501,10 +508,7 @@ class PostgresStore(StoreBase):
         actions = known.actions(lambda: self._stored_actions(db))
         due = (
             db.execute(
-                f"WITH due_runs AS MATERIALIZED ({_due_sql(p, 'task_id', claim=True)}) "
-                f"UPDATE {p}tasks t SET status = '{RUNNING}', owner = %s, lease_until = %s, "
-                f"fence = t.fence + 1 FROM due_runs WHERE t.task_id = due_runs.task_id "
-                f"RETURNING {_returning()}",
+                claim_due_sql(p),
                 (actions, _num(now), list(known.refused), limit, limit, node, until),
             ).fetchall()
             if actions
@@ -514,12 +518,7 @@ class PostgresStore(StoreBase):
             []
             if len(due) >= limit
             else db.execute(
-                f"WITH expired AS MATERIALIZED (SELECT task_id FROM {p}tasks "
-                f"WHERE owner IS NOT NULL AND status IN {LEASED_SQL} "
-                f"AND lease_until < %s AND {where} ORDER BY lease_until LIMIT %s "
-                f"FOR UPDATE SKIP LOCKED) UPDATE {p}tasks t SET status = '{RUNNING}', owner = %s, "
-                "lease_until = %s, fence = t.fence + 1, expiries = t.expiries + 1 "
-                f"FROM expired WHERE t.task_id = expired.task_id RETURNING {_returning()}",
+                claim_expired_sql(p, where),
                 (_num(now), *params, limit - len(due), node, until),
             ).fetchall()
         )
@@ -624,9 +623,13 @@ class PostgresStore(StoreBase):
 
         return self._retrying(work)
 
+    def tagged(self, tag: str) -> list[str]:
+        """See :meth:`rota.store.Store.tagged`."""
+        return [task_id for (task_id,) in self._fetch(tagged_sql(self._p, "%s"), (tag,))]
+
     def pools(self) -> dict[str, tuple[int, int]]:
         """See :meth:`rota.store.Store.pools`."""
-        found = self._retrying(lambda db: db.execute(pools_sql(self._p)).fetchall())
+        found = self._fetch(pools_sql(self._p))
         return {name: (int(size), int(used)) for name, size, used in found}
 
     def _stored_actions(self, db: psycopg.Connection[Any]) -> list[str]:
@@ -661,11 +664,7 @@ class PostgresStore(StoreBase):
 
     def rows(self) -> list[TaskRow]:
         """See :meth:`rota.store.Store.rows`."""
-        found = self._retrying(
-            lambda db: db.execute(
-                f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id"
-            ).fetchall()
-        )
+        found = self._fetch(f"SELECT {_COLUMNS} FROM {self._p}tasks ORDER BY task_id")
         return [task_row(r, _time, lenient=True) for r in found]
 
     def page(
@@ -757,11 +756,8 @@ class PostgresStore(StoreBase):
     def nodes(self) -> list[NodeRow]:
         """See :meth:`rota.store.Store.nodes`."""
 
-        def work(db: psycopg.Connection[Any]) -> list[NodeRow]:
-            found = db.execute(f"SELECT * FROM {self._p}nodes ORDER BY node").fetchall()
-            return [NodeRow(n, _time(a), _time(b), _time(c)) for n, a, b, c in found]
-
-        return self._retrying(work, transaction=False)
+        found = self._fetch(f"SELECT * FROM {self._p}nodes ORDER BY node")
+        return [NodeRow(n, _time(a), _time(b), _time(c)) for n, a, b, c in found]
 
     def prune(self, before: Time, limit: int) -> int:
         """See :meth:`rota.store.Store.prune`."""

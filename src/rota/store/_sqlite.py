@@ -47,11 +47,10 @@ from ._base import (
     outcome_from,
     run_values,
     task_row,
-    write_row,
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._ledger import SqlLedger
-from ._pools import open_sql, pools_sql, settle
+from ._pools import full_sql, pools_sql, settle
 from ._schema import (
     DEFAULT_PREFIX,
     FORMER_PREFIX,
@@ -60,7 +59,9 @@ from ._schema import (
     migrate,
 )
 from ._sqlitesql import migrations
+from ._tags import tagged_sql
 from ._waits import ended_rows, ended_sql, sync_waits, wakes
+from ._write import write_row
 
 BUSY_TIMEOUT = 30.0
 """Seconds a connection waits for the write lock before SQLite reports it busy."""
@@ -293,12 +294,13 @@ class SQLiteStore(StoreBase):
             if fence is not None and (row is None or row.fence != fence):
                 results.append(None)
                 continue
+            before = None if row is None else row.spec  # (a decision may replace it)
             decided = change(row)
             new = decided.row
             if new is not None:
                 new.version = 0 if row is None else row.version + 1
                 self._seq(db, decided)
-                write_row(db.execute, f"{p}tasks", new, row, "?")
+                write_row(db.execute, f"{p}tasks", new, row, "?", before=before)
             self._record(db, decided)
             results.append(decided)
         sync_waits(db.execute, p, "?", *wakes(results))
@@ -393,13 +395,14 @@ class SQLiteStore(StoreBase):
         until = self._until(db, now, lease)
         actions = known.actions(lambda: self._stored_actions(db))
         refused = list(known.refused)
+        full = [name for (name,) in db.execute(full_sql(p))]
         due = (
             db.execute(
                 f"UPDATE {p}tasks SET status = '{RUNNING}', owner = ?, lease_until = ?, "
                 f"fence = fence + 1 WHERE task_id IN (SELECT task_id FROM "
-                f"({_due_sql(p, len(actions), len(refused))})) "
+                f"({_due_sql(p, len(actions), len(refused), len(full))})) "
                 f"RETURNING {_COLUMNS}",
-                (node, until, *_due_params(actions, now, refused, limit), limit),
+                (node, until, *_due_params(actions, now, refused, limit, full), limit),
             ).fetchall()
             if actions
             else []
@@ -459,10 +462,11 @@ class SQLiteStore(StoreBase):
         db = self._db()
         actions = known.actions(lambda: self._stored_actions(db))
         refused = list(known.refused)
+        full = [name for (name,) in db.execute(full_sql(p))]
         due = (
             db.execute(
-                f"SELECT min(due) FROM ({_due_sql(p, len(actions), len(refused))})",
-                (*_due_params(actions, None, refused, 1), 1),
+                f"SELECT min(due) FROM ({_due_sql(p, len(actions), len(refused), len(full))})",
+                (*_due_params(actions, None, refused, 1, full), 1),
             ).fetchone()
             if actions
             else None
@@ -476,6 +480,10 @@ class SQLiteStore(StoreBase):
         ).fetchone()
         times = [found[0] for found in (due, lease) if found is not None]
         return min(times, default=None)
+
+    def tagged(self, tag: str) -> list[str]:
+        """See :meth:`rota.store.Store.tagged`."""
+        return [task_id for (task_id,) in self._db().execute(tagged_sql(self._p, "?"), (tag,))]
 
     def pools(self) -> dict[str, tuple[int, int]]:
         """See :meth:`rota.store.Store.pools`."""
@@ -673,14 +681,19 @@ def _expected_sql(p: str, rows: int) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _due_sql(p: str, actions: int, refused: int) -> str:
+def _due_sql(p: str, actions: int, refused: int, full: int) -> str:
     """The ids of the earliest due runs of ``actions`` actions (parameters: see
     :func:`_due_params`), each action through its own range of the action index, at
-    most a limit each, then the earliest of all in ``(due, priority, seq)`` order."""
+    most a limit each, then the earliest of all in ``(due, priority, seq)`` order; the
+    rows of ``full`` full pools left out (named as parameters, read just before in the
+    transaction by :func:`~rota.store._pools.full_sql`: a subquery counting places
+    here would be evaluated again for every row the UPDATE of a claim looks at)."""
     skip = f" AND task_id NOT IN ({','.join('?' * refused)})" if refused else ""
+    if full:
+        skip += f" AND (pool IS NULL OR pool NOT IN ({','.join('?' * full)}))"
     arm = (
         f"SELECT * FROM (SELECT task_id, due, priority, seq FROM {p}tasks WHERE action = ? "
-        f"AND status = 'scheduled' AND paused = 0 AND due <= ?{skip} AND {open_sql(p)} "
+        f"AND status = 'scheduled' AND paused = 0 AND due <= ?{skip} "
         "ORDER BY due, priority, seq LIMIT ?)"
     )
     arms = " UNION ALL ".join([arm] * actions)
@@ -688,15 +701,19 @@ def _due_sql(p: str, actions: int, refused: int) -> str:
 
 
 def _due_params(
-    actions: Sequence[str], now: Time | None, refused: Sequence[str], limit: int
+    actions: Sequence[str],
+    now: Time | None,
+    refused: Sequence[str],
+    limit: int,
+    full: Sequence[str] = (),
 ) -> list[Any]:
     """:func:`_due_sql`'s parameters but the last (the overall limit): per action, the
-    action, ``now`` (``None``: any time, as a large number), the refused ids and
-    ``limit``."""
+    action, ``now`` (``None``: any time, as a large number), the refused ids, the full
+    pools and ``limit``."""
     upto = 9e999 if now is None else now
     params: list[Any] = []
     for action in actions:
-        params += (action, upto, *refused, limit)
+        params += (action, upto, *refused, *full, limit)
     return params
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ._ledger import ledger_steps
 from ._pools import pool_steps
 from ._schema import renamed_actions_sql
+from ._tags import tag_steps
 
 
 def migrations(p: str) -> list[list[str]]:
@@ -78,5 +79,8 @@ def migrations(p: str) -> list[list[str]]:
         ],
         # the ledger (rota.store._ledger): settings in meta, the audit log, the alerts
         ledger_steps(p, "INTEGER PRIMARY KEY", "REAL"),
-        pool_steps(p),  # each row's pool, each pool's size (rota.store._pools)
+        [
+            *pool_steps(p),
+            *tag_steps(p, "sqlite"),
+        ],  # each row's pool, each pool's size (rota.store._pools)
     ]
