@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rota import FixedRate, ManualClock, Once, Overlap, Pool, Scheduler, Status
+from rota.durable import DurableScheduler
+from tests.helpers import make_store
 
 Make = Callable[..., Any]
 START = 1_800_000_000.0
@@ -176,3 +178,28 @@ def test_a_pool_in_memory_against_its_oracle(size: int, steps: list[tuple[str, i
         queued = [i for i in sched.tasks() if i.status is Status.QUEUED]
         assert all(i.waiting_for == ("pool:p",) for i in queued)
         assert not queued or len(flying) == size
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_one_claim_of_many_rows_takes_no_more_than_the_places(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    """A store's claim of a batch: the rows of a pool beyond its places are given back in
+    the claim's transaction (``rota.store._pools.settle``), the latest first."""
+    clock = ManualClock(START)
+    store = make_store(kind, request, tmp_path)
+    sched = DurableScheduler(store, clock=clock)
+    sched.register("nothing", nothing)
+    for i in range(4):
+        sched.schedule(f"t{i}", FixedRate(60, start=START + i), "nothing", pool=Pool("p", 2))
+    clock.advance(10)
+    known = sched._actions.known()
+    try:
+        rows = store.claim("n1", clock(), 10, 30.0, known)
+        assert [row.task_id for row in rows] == ["t0", "t1"]
+        assert store.pools() == {"p": (2, 2)}
+        assert store.claim("n2", clock(), 10, 30.0, known) == []  # full: none taken
+        assert [getattr(store.get(t), "status", None) for t in ("t2", "t3")] == [
+            "scheduled", "scheduled"]  # fmt: skip
+    finally:
+        store.close()

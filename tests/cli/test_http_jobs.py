@@ -38,6 +38,7 @@ class Api:
                 time.sleep(delay)
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                self.send_header("Set-Cookie", "session=cookie-secret")
                 self.end_headers()
                 self.wfile.write(body.encode())
 
@@ -86,7 +87,10 @@ def test_each_run_posts_with_its_key_and_the_secret_from_the_environment(
     assert all(k.startswith("refresh@") for k in keys)
     [latest] = cli.json("history", "refresh", "--limit", "1")
     assert latest["result"] == "ok"
-    assert latest["output"] == 'HTTP 202\n{"queued": true}'
+    status, body, headers = latest["output"].split("\n", 2)
+    assert (status, body) == ("HTTP 202", '{"queued": true}')
+    assert "\ncontent-type: application/json" in headers  # the response's, after a blank line
+    assert "cookie-secret" not in headers  # a credential the server sent is not kept
     stored = (cli.dir / "state.db").read_bytes()
     assert SECRET.encode() not in stored
     assert SECRET not in err

@@ -25,6 +25,10 @@ HTTP = "rota.cli._http:run_http"
 """The stored action of ``http`` jobs: importable wherever rota is installed."""
 BODY = 2000
 """Characters of a response's body an outcome keeps."""
+HEADERS = 1000
+"""Characters of a response's headers an outcome keeps (after its body)."""
+UNSHOWN = frozenset({"set-cookie", "authorization", "proxy-authorization", "www-authenticate"})
+"""Response headers never kept: they may carry a credential."""
 KEYS = frozenset({"url", "method", "headers", "json", "body", "expect", "timeout"})
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 
@@ -126,8 +130,10 @@ def _masked(text: str, secrets: list[str]) -> str:
 
 def run_http(spec: dict[str, Any], *, run: RunContext) -> str:
     """One run of an HTTP job: the request ``spec`` describes, with ``Idempotency-Key``
-    (and ``traceparent`` when tracing is on); ``"HTTP <status>"`` and the body's first
-    :data:`BODY` characters. Raises :class:`HttpError` (status, body) for a status
+    (and ``traceparent`` when tracing is on); ``"HTTP <status>"``, the body's first
+    :data:`BODY` characters, then after a blank line the response's headers (up to
+    :data:`HEADERS` characters, none of :data:`UNSHOWN`). Raises :class:`HttpError`
+    (status, body, headers) for a status
     outside ``expect``, a connection error or the timeout. Redirects are followed and
     TLS certificates verified."""
     import httpx
@@ -153,9 +159,14 @@ def run_http(spec: dict[str, Any], *, run: RunContext) -> str:
     except httpx.HTTPError as exc:
         raise HttpError(_masked(f"{spec['method']} {url}: {exc}", secrets)) from None
     body = _masked(answer.text[:BODY], secrets)
-    shown = f"HTTP {answer.status_code}" + (f"\n{body}" if body else "")
+    kept = "\n".join(
+        f"{name}: {value}" for name, value in answer.headers.items() if name not in UNSHOWN
+    )
+    tail = (f"\n{body}" if body else "") + (
+        f"\n\n{_masked(kept[:HEADERS], secrets)}" if kept else ""
+    )
+    status = f"HTTP {answer.status_code}"
     if answer.status_code not in spec["expect"]:
         expected = ", ".join(map(str, spec["expect"]))
-        raise HttpError(f"{shown.splitlines()[0]} (expected {expected})" +
-                        (f"\n{body}" if body else ""), answer.status_code)  # fmt: skip
-    return shown
+        raise HttpError(f"{status} (expected {expected}){tail}", answer.status_code)
+    return status + tail

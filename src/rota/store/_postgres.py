@@ -19,6 +19,7 @@ remains the safety net.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -81,7 +82,7 @@ from ._pgsql import (
     stored_version,
     upgrade,
 )
-from ._pools import pools_sql, settle
+from ._pools import pool_name, pool_use, pools_sql, settle
 from ._schema import DEFAULT_PREFIX, is_current
 from ._tags import tagged_sql
 from ._waits import ended_rows, ended_sql, sync_waits, wakes
@@ -485,9 +486,12 @@ class PostgresStore(StoreBase):
     def claim(self, node: str, now: Time, limit: int, lease: Time, known: Known) -> list[TaskRow]:
         """See :meth:`rota.store.Store.claim`: ``SKIP LOCKED``, never waits on other nodes
         (but for a place in a pool: nodes claiming from one pool check it one after
-        another). One transaction: a claim's rows beyond its pools' places are given
-        back before anyone sees them leased."""
-        return self._retrying(lambda db: self._claim_in(db, node, now, limit, lease, known))
+        another, in a transaction of its own, before any run of it starts)."""
+        # Each claim statement is atomic alone: claims of due runs and of expired leases
+        # need not share a transaction (a retry after a lost link only claims afresh).
+        return self._retrying(
+            lambda db: self._claim_in(db, node, now, limit, lease, known), transaction=False
+        )
 
     def _claim_in(
         self,
@@ -523,7 +527,10 @@ class PostgresStore(StoreBase):
             ).fetchall()
         )
         rows = claimed_rows(due, expired, _time)
-        given = settle(db.execute, p, "%s", [r for r in rows if not r.reclaimed], lock=True)
+        given: set[str] = set()
+        if any(pool_name(row) for row in rows):  # (a claim on its own: now in a transaction)
+            with db.transaction() if sync is None else contextlib.nullcontext():
+                given = settle(db.execute, p, "%s", rows, lock=True)
         if sync is not None:  # in a transaction: the claimed rows stay locked until it ends
             if due or expired:
                 self._at("claim: results")
@@ -629,8 +636,7 @@ class PostgresStore(StoreBase):
 
     def pools(self) -> dict[str, tuple[int, int]]:
         """See :meth:`rota.store.Store.pools`."""
-        found = self._fetch(pools_sql(self._p))
-        return {name: (int(size), int(used)) for name, size, used in found}
+        return pool_use(self._fetch(pools_sql(self._p)))
 
     def _stored_actions(self, db: psycopg.Connection[Any]) -> list[str]:
         """The distinct actions of the claimable rows: a loose scan of the action index

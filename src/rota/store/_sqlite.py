@@ -50,7 +50,7 @@ from ._base import (
 )
 from ._base import OUTCOME_COLUMNS as _OUTCOME_COLUMNS
 from ._ledger import SqlLedger
-from ._pools import full_sql, pools_sql, settle
+from ._pools import full_sql, pool_use, pools_sql, settle
 from ._schema import (
     DEFAULT_PREFIX,
     FORMER_PREFIX,
@@ -421,7 +421,7 @@ class SQLiteStore(StoreBase):
             ).fetchall()
         )
         rows = claimed_rows(due, expired)
-        given = settle(db.execute, p, "?", [r for r in rows if not r.reclaimed], lock=False)
+        given = settle(db.execute, p, "?", rows, lock=False)
         return [row for row in rows if row.task_id not in given] if given else rows
 
     def heartbeat(
@@ -487,8 +487,7 @@ class SQLiteStore(StoreBase):
 
     def pools(self) -> dict[str, tuple[int, int]]:
         """See :meth:`rota.store.Store.pools`."""
-        found = self._db().execute(pools_sql(self._p)).fetchall()
-        return {name: (size, used) for name, size, used in found}
+        return pool_use(self._db().execute(pools_sql(self._p)))
 
     def _stored_actions(self, db: sqlite3.Connection) -> list[str]:
         """The distinct actions of the claimable rows: a loose scan of the action index
