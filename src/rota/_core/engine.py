@@ -39,7 +39,6 @@ from collections.abc import Hashable
 
 from .controls import (
     Controls,
-    _apply,
     _busy,
     _end_slot,
     _skip,
@@ -48,9 +47,10 @@ from .controls import (
     _window_after,
 )
 from .moves import Upcoming, upcoming
-from .policy import Cursor, Plan, RetryPolicy, doubling, jitter_offset
-from .pools import Pools, shown_status, waits_for_place
+from .policy import Cursor, Plan, RetryPolicy, jitter_offset
+from .pools import Pools
 from .queue import RunQueue
+from .retries import Retries
 from .task import (
     CANCELLED,
     DONE,
@@ -72,7 +72,9 @@ from .task import (
     reported,
     run_at,
     run_slot,
+    shown_status,
     task_info,
+    waits_for_place,
 )
 from .types import (
     FINISHED,
@@ -87,7 +89,7 @@ from .types import (
     Time,
     slot_time,
 )  # fmt: skip
-from .validate import LIMIT, PLAIN, time_from
+from .validate import LIMIT, PLAIN
 from .waits import ENDS, Results, Waits
 
 HISTORY = 10_000
@@ -98,7 +100,7 @@ The contract promises at least 10,000."""
 _new_outcome = tuple.__new__
 
 
-class Engine(Controls, Waits, Pools):
+class Engine(Controls, Waits, Pools, Retries):
     """Task table + run queue + finished-task history, driven by ``now``.
 
     ``retry`` is the default retry policy; ``None`` is the contract's
@@ -564,59 +566,6 @@ class Engine(Controls, Waits, Pools):
         )
         task.last = outcome
         return outcome
-
-    def _queue_retry(
-        self, task: Task, plan: Plan, attempt: int, retry: tuple[Time, Time], at: Time
-    ) -> None:
-        """Queue the retry ``(time, delay)`` decided for the failed run at ``at``."""
-        if not attempt:
-            plan.first_at = at if plan.moved is None else plan.moved  # its key's slot
-        plan.attempt = attempt + 1
-        plan.last_delay = retry[1]
-        if plan.extra:
-            plan.nominal = None  # a retry runs at its own time, unjittered
-            if plan.pending:
-                _apply(plan, plan.pending)
-        self._requeue(task, retry[0])
-
-    def _retry_of(self, plan: Plan, at: Time, error: BaseException) -> tuple[Time, Time] | None:
-        """The retry of a failed run at ``at`` as ``(time, delay)``, or ``None``: no retry.
-
-        Only an ``Exception`` is retried, while the slot has retries left,
-        and not by a run whose task was rescheduled meanwhile (the new
-        schedule takes over). Changes nothing; raises what the retry policy
-        raises, or ``TypeError``/``ValueError`` for a retry time that is not
-        a finite number.
-        """
-        attempt = plan.attempt
-        if attempt >= plan.max_retries or not isinstance(error, Exception) or plan.rescheduled:
-            return None
-        retry_on = plan.retry_on
-        if retry_on is not None and not (
-            isinstance(error, retry_on) if isinstance(retry_on, type | tuple) else retry_on(error)
-        ):
-            return None
-        delay = self._retry_delay(plan, attempt)
-        if delay is None:
-            return None
-        return time_from("retry: the failed run's time + the delay", at + delay), delay
-
-    def _retry_delay(self, plan: Plan, attempt: int) -> Time | None:
-        """The delay before retry ``attempt + 1``, by the task's or the default policy.
-
-        Raises ``TypeError``/``ValueError`` for a policy's delay that is not a
-        finite number >= 0 (or ``None``); past float range, the default backoff's
-        delay is infinite (then the retry's time is refused).
-        """
-        policy = plan.retry or self._retry
-        if policy is None:  # the contract's: Backoff(backoff)'s rule
-            return doubling(self._backoff, attempt + 1)
-        delay = policy.delay(attempt + 1, plan.last_delay)
-        if delay is None:
-            return None
-        if time_from(f"{policy!r}.delay()", delay) < 0:
-            raise ValueError(f"{policy!r}.delay() returned {delay!r}, a negative delay")
-        return delay
 
     def _misfire(self, task: Task, plan: Plan, now: Time) -> bool:
         """Decide a late run (``at < now``) of a task with a bounded misfire policy.

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .policy import Plan
-from .task import Task, run_at
-from .types import LEASED, Status
+from .task import Task, run_at, waits_for_place
+from .types import LEASED
 from .validate import LIMIT
 from .waits import one_at_a_time
 
@@ -93,24 +93,6 @@ def admitted_pool(task_id: Hashable, pool: object, plan: Plan) -> Pool | None:
     if plan.concurrent:
         raise one_at_a_time("pool", task_id)
     return pool
-
-
-def waits_for_place(task: Task) -> bool:
-    """Whether ``task``'s run waits for a place in its pool (then it shows ``queued``).
-    O(1)."""
-    plan = task.plan
-    return (
-        plan is not None
-        and plan.pool is not None
-        and task.status is Status.SCHEDULED
-        and plan.waiting == (plan.pool.waiting,)
-    )
-
-
-def shown_status(task: Task) -> Status:
-    """The status ``status()`` and ``info()`` show of an unfinished task: ``queued``
-    while its run waits for a place in its pool, else its own. O(1)."""
-    return Status.QUEUED if waits_for_place(task) else task.status
 
 
 class Pools:

@@ -194,13 +194,29 @@ def _info(task: Task) -> TaskInfo:
     slot = slot_time(
         plan.attempt, plan.first_at, at if plan.nominal is None else plan.nominal, plan.moved
     )
-    status = task.status
-    if plan.pool is not None and status is SCHEDULED and plan.waiting == (plan.pool.waiting,):
-        status = QUEUED  # its run waits for a place (rota._core.pools.shown_status)
+    due = at if plan.waiting is None else run_at(task)
     return task_info(
-        task.entry[2], status, plan.paused, at if plan.waiting is None else run_at(task),
-        plan.schedule, plan.attempt, slot, task.last, plan.last_skipped, plan.waiting,
+        task.entry[2], shown_status(task), plan.paused, due, plan.schedule, plan.attempt,
+        slot, task.last, plan.last_skipped, plan.waiting,
     )  # fmt: skip
+
+
+def waits_for_place(task: Task) -> bool:
+    """Whether ``task``'s run waits for a place in its pool (then it shows ``queued``).
+    O(1)."""
+    plan = task.plan
+    return (
+        plan is not None
+        and plan.pool is not None
+        and task.status is SCHEDULED
+        and plan.waiting == (plan.pool.waiting,)
+    )
+
+
+def shown_status(task: Task) -> Status:
+    """The status ``status()`` and ``info()`` show of an unfinished task: ``queued``
+    while its run waits for a place in its pool, else its own. O(1)."""
+    return QUEUED if waits_for_place(task) else task.status
 
 
 def task_info(

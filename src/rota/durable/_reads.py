@@ -91,7 +91,7 @@ class StoredReads(StoredChanges):
     ) -> tuple[Status, list[str] | None]:
         """The status and ``waiting_for`` shown of a stored task: a due run of a pooled
         task whose pool is full waits for a place (``queued``, the pool named), as the
-        engine's parked run does in memory (:func:`rota._core.pools.shown_status`).
+        engine's parked run does in memory (:func:`rota._core.task.shown_status`).
         ``pools``: :meth:`Store.pools`, read here when needed (one query)."""
         status, waiting = self.status_of(row), row.state.get("waiting")
         found = row.spec.get("pool")
