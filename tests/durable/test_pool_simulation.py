@@ -10,34 +10,18 @@ recovers and the runs due are drained: none is lost.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from rota import DurableScheduler, FixedRate, ManualClock, Pool, Status
+from rota import FixedRate, ManualClock, Pool, Status
 from rota.durable._rows import Held
 from rota.store import MemoryStore
+from tests.durable.test_simulation import LEASE, Node, elapse
 
-LEASE = 10
 NODES = 3
 SIZE = 2
 TASKS = [f"load{i}" for i in range(5)]
-
-
-def _work(at: Any) -> None:
-    """Never called: the simulation decides each run's result itself."""
-
-
-class Node:
-    """A process: a scheduler on its own clock, and the runs it holds."""
-
-    def __init__(self, store: MemoryStore, now: float) -> None:
-        self.clock = ManualClock(now)
-        self.sched = DurableScheduler(store, clock=self.clock, lease=LEASE, batch=2)
-        self.sched.register("work", _work)
-        self.held: list[Held] = []
 
 
 class PoolProtocol(RuleBasedStateMachine):
@@ -45,7 +29,7 @@ class PoolProtocol(RuleBasedStateMachine):
         super().__init__()
         self.time = ManualClock(0)  # the store's clock
         self.store = MemoryStore(clock=self.time)
-        self.nodes = [Node(self.store, 0) for _ in range(NODES)]
+        self.nodes = [Node(self.store, self.time, 0) for _ in range(NODES)]
         pool = Pool("warehouse", SIZE)
         for i, task in enumerate(TASKS):
             self.nodes[0].sched.schedule(task, FixedRate(5, start=1 + i), "work", pool=pool)
@@ -57,13 +41,7 @@ class PoolProtocol(RuleBasedStateMachine):
     @rule(dt=st.integers(0, 2 * LEASE))
     def advance(self, dt: int) -> None:
         """Time passes; every node's heartbeat renews its leases as it does."""
-        step = LEASE // 3
-        while dt > 0:
-            self.time.advance(min(dt, step))
-            dt -= step
-            for node in self.nodes:
-                self._sync(node)
-                node.sched._stored._heartbeat(node.clock())
+        elapse(self.time, self.nodes, dt)
 
     @rule(i=st.integers(0, NODES - 1))
     def claim(self, i: int) -> None:
@@ -89,7 +67,7 @@ class PoolProtocol(RuleBasedStateMachine):
     @rule(i=st.integers(0, NODES - 1))
     def kill(self, i: int) -> None:
         """SIGKILL: the node's runs end with it; its leases stay until taken over."""
-        self.nodes[i] = Node(self.store, self.time())
+        self.nodes[i] = Node(self.store, self.time, 0)
 
     @invariant()
     def never_more_than_the_size(self) -> None:
@@ -115,7 +93,7 @@ class PoolProtocol(RuleBasedStateMachine):
                 node.sched.table.complete(task, None, self.time(), self.time())
             node.held.clear()
         self.time.advance(LEASE + 1)
-        drain = Node(self.store, self.time())
+        drain = Node(self.store, self.time, 0)
         for _ in range(10_000):  # (catch-up: every slot missed runs)
             task = drain.sched.table.claim(drain.clock())
             if task is None:
