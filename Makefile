@@ -39,8 +39,11 @@ typecheck: $(STAMP)
 # PostgreSQL tests need a server: tests/postgres_server.py installs PostgreSQL
 # when missing (as root, from Debian), starts a throwaway one on loopback for the
 # run, and stops it after.
+# Bytecode is cached (PYTHONDONTWRITEBYTECODE emptied, as some environments set it):
+# the suite starts over a thousand Python processes, each of which would otherwise
+# compile rota and the tests' helpers again.
 unit: $(STAMP)
-	$(BIN)/python tests/postgres_server.py -- $(BIN)/python -m pytest -q
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python tests/postgres_server.py -- $(BIN)/python -m pytest -q
 
 test: lint typecheck unit
 
